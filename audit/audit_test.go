@@ -1,0 +1,124 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func decodeLines(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestLogWritesOneJSONLinePerEvent(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	l, err := New(Options{Sandbox: "sb1", Writer: &buf, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(Event{Kind: KindHTTP, Decision: DecisionDeny, Rule: "r", Reason: "no_rule", Destination: "evil.test:443", Status: 403})
+	l.Log(Event{Kind: KindConnect, Decision: DecisionReport, Sandbox: "other", BytesUp: 10, BytesDown: 20, Duration: 1500 * time.Microsecond})
+	lines := decodeLines(t, buf.Bytes())
+	if len(lines) != 2 {
+		t.Fatalf("got %d lines, want 2: %s", len(lines), buf.String())
+	}
+	tests := []struct {
+		name  string
+		line  map[string]any
+		field string
+		want  any
+	}{
+		{"time from clock", lines[0], "time", "2026-11-22T10:00:00Z"},
+		{"sandbox default", lines[0], "sandbox", "sb1"},
+		{"kind", lines[0], "kind", "http"},
+		{"decision", lines[0], "decision", "deny"},
+		{"rule", lines[0], "rule", "r"},
+		{"reason", lines[0], "reason", "no_rule"},
+		{"destination", lines[0], "destination", "evil.test:443"},
+		{"status", lines[0], "status", float64(403)},
+		{"would_deny false on deny", lines[0], "would_deny", false},
+		{"sandbox kept", lines[1], "sandbox", "other"},
+		{"would_deny on report", lines[1], "would_deny", true},
+		{"bytes up", lines[1], "bytes_up", float64(10)},
+		{"bytes down", lines[1], "bytes_down", float64(20)},
+		{"duration ms", lines[1], "duration_ms", 1.5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.line[tc.field]; got != tc.want {
+				t.Errorf("%s: got %v, want %v", tc.field, got, tc.want)
+			}
+		})
+	}
+	if _, ok := lines[1]["status"]; ok {
+		t.Errorf("zero status should be left out: %v", lines[1])
+	}
+}
+
+func TestLogAppendsToFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	for i := 0; i < 2; i++ { // a second logger appends, never truncates
+		l, err := New(Options{Writer: &bytes.Buffer{}, File: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Log(Event{Kind: KindPolicy, Decision: DecisionAllow})
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(decodeLines(t, b)); got != 2 {
+		t.Fatalf("got %d lines, want 2", got)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := st.Mode().Perm(); perm != 0o600 {
+		t.Errorf("mode: got %o, want 600", perm)
+	}
+}
+
+func TestRecentKeepsNewestFirst(t *testing.T) {
+	l, err := New(Options{Writer: &bytes.Buffer{}, Keep: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(l.Recent()); got != 0 {
+		t.Fatalf("empty: got %d events", got)
+	}
+	for _, r := range []string{"a", "b", "c", "d", "e"} {
+		l.Log(Event{Kind: KindHTTP, Decision: DecisionAllow, Rule: r})
+	}
+	var got []string
+	for _, e := range l.Recent() {
+		got = append(got, e["rule"].(string))
+	}
+	if strings.Join(got, ",") != "e,d,c" {
+		t.Errorf("got %v, want [e d c]", got)
+	}
+}
