@@ -1,0 +1,135 @@
+package policy
+
+// This file is the package's public contract. Other packages (proxy, cmd/airlock, and later
+// dnsfilter, llmproxy, credentials) are written against it. Extend it; do not rename.
+
+import (
+	"net/netip"
+)
+
+// Mode says what a policy does with a request it would deny.
+type Mode string
+
+const (
+	// ModeEnforce denies what no rule allows. It is the default.
+	ModeEnforce Mode = "enforce"
+	// ModeReport allows everything but records, on each decision, what enforce would deny.
+	ModeReport Mode = "report"
+)
+
+// Verdict is the outcome of a decision.
+type Verdict int
+
+const (
+	// Deny means the request must not reach upstream.
+	Deny Verdict = iota
+	// Allow means the request may go upstream.
+	Allow
+)
+
+// String returns "allow" or "deny".
+func (v Verdict) String() string {
+	if v == Allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// Reason is a machine-readable reason code from a fixed set. Decision.Detail carries the
+// human-readable sentence.
+type Reason string
+
+// The reasons a decision can carry.
+const (
+	ReasonRuleMatched      Reason = "rule_matched"       // a rule allows the request
+	ReasonNoRule           Reason = "no_rule"            // no rule names the host (or address)
+	ReasonPortNotAllowed   Reason = "port_not_allowed"   // a rule names the host, not the port
+	ReasonMethodNotAllowed Reason = "method_not_allowed" // host and port match, no L7 rule allows the method
+	ReasonPathNotAllowed   Reason = "path_not_allowed"   // host, port and method match, the path does not
+	ReasonInternalAddress  Reason = "internal_address"   // destination address is internal and no rule names it by CIDR
+	ReasonInvalidHost      Reason = "invalid_host"       // the host could not be parsed or normalised
+	ReasonInvalidPath      Reason = "invalid_path"       // the path could not be decoded or escapes the root
+	ReasonTCPOnly          Reason = "tcp_only"           // only a protocol: tcp rule matches; it is not proxied
+	ReasonOffline          Reason = "offline"            // the policy allows no egress at all
+	ReasonPublicAddress    Reason = "public_address"     // CheckAddr: the address is public; no rule is involved
+)
+
+// Request holds the facts a decision is made from. All fields are as the client sent them;
+// Decide normalises them (host to punycode, path decoded and dot-segments removed).
+type Request struct {
+	// Scheme is "http" or "https". Empty means "https" when Port is 443, else "http". It
+	// chooses the default port when Port is 0.
+	Scheme string
+	// Host is a DNS name or an IP literal (IPv6 may be bracketed). Alternate IPv4 spellings
+	// (2130706433, 0x7f000001, 0177.0.0.1, 127.1) are parsed canonically, never passed through.
+	Host string
+	// Port is the destination port; 0 means the scheme's default (80 for http, 443 for https).
+	Port int
+	// Method is the HTTP method. Empty means a connection-level decision (CONNECT, or a
+	// transparent connection before its first request): L7 rules are not consulted, and the
+	// decision is Allow when some rule allows this host and port for some request.
+	Method string
+	// Path is the raw request path (may be percent-encoded, may hold a query string, which is
+	// ignored). Empty with a non-empty Method means "/".
+	Path string
+}
+
+// Decision is the result of Decide or CheckAddr. It never carries a secret value.
+type Decision struct {
+	// Verdict is Allow or Deny. In report mode a request enforce would deny gets Allow with
+	// WouldDeny set.
+	Verdict Verdict
+	// WouldDeny is true in report mode when enforce mode would have denied the request.
+	WouldDeny bool
+	// Rule names the rule that allowed the request, or for a deny the rule that came closest
+	// (matched host but not port, say); empty when no rule was involved.
+	Rule string
+	// Reason is the reason code.
+	Reason Reason
+	// Detail is a human-readable sentence, e.g. `host "evil.com" is not named by any egress rule`.
+	Detail string
+	// Secrets lists the names (never values) of secrets the allowing rule injects, sorted.
+	Secrets []string
+	// Intercept is true when the request (or for a connection-level decision, any request on
+	// the connection) needs TLS interception: a rule matching host and port has L7 http rules
+	// or inject entries.
+	Intercept bool
+	// Host is the normalised host the decision was made on (punycode, lower case, no trailing
+	// dot; an IP literal in canonical form).
+	Host string
+	// Port is the port the decision was made on (defaults applied).
+	Port int
+}
+
+// Allowed reports whether the verdict is Allow.
+func (d Decision) Allowed() bool { return d.Verdict == Allow }
+
+// Host is a normalised destination host.
+type Host struct {
+	// Name is the lower-case punycode name without trailing dot; for an IP literal, the
+	// canonical text form of Addr.
+	Name string
+	// Addr is valid when the host was an IP literal (in any accepted spelling).
+	Addr netip.Addr
+}
+
+// IsIP reports whether the host was an IP literal.
+func (h Host) IsIP() bool { return h.Addr.IsValid() }
+
+// AddrClass classifies a destination address for the SSRF guard.
+type AddrClass int
+
+// The address classes. Every class but Public is denied unless a rule names it by CIDR.
+const (
+	AddrPublic      AddrClass = iota // everything else, including 198.18.0.0/15
+	AddrLoopback                     // 127.0.0.0/8, ::1
+	AddrPrivate                      // RFC 1918
+	AddrCGNAT                        // 100.64.0.0/10
+	AddrLinkLocal                    // 169.254.0.0/16 (metadata), fe80::/10
+	AddrULA                          // fc00::/7
+	AddrUnspecified                  // 0.0.0.0/8, ::
+	AddrMulticast                    // 224.0.0.0/4, ff00::/8
+	AddrBroadcast                    // 255.255.255.255
+	AddrReserved                     // 240.0.0.0/4 and other never-routable ranges
+	AddrEmbedded                     // IPv6 forms embedding an IPv4 address that is itself not public (::ffff:0:0/96, 64:ff9b::/96, 2002::/16, Teredo 2001::/32)
+)

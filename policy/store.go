@@ -1,0 +1,169 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// defaultDebounce is how long Watch waits after the last change before it reloads: editors
+// and kubelet change a file in several steps (write temp, rename, chmod, swap symlink).
+const defaultDebounce = 100 * time.Millisecond
+
+// Store holds the current policy of a running sidecar and replaces it atomically on reload.
+// It is safe for concurrent use.
+type Store struct {
+	path     string
+	debounce time.Duration
+	// onWatching, when set (by tests), is called once Watch watches its directories, so a
+	// test can change the file knowing the change will be seen.
+	onWatching func()
+
+	// mu serialises Reload (load, then swap of cur), so a slow load never replaces the
+	// policy a later one installed. Readers use cur without it.
+	mu  sync.Mutex
+	cur atomic.Pointer[Policy]
+}
+
+// NewStore returns a store serving p, reloading from path. It has no side effects. A nil p
+// serves the offline profile: a store never fails open.
+func NewStore(path string, p *Policy) *Store {
+	if p == nil {
+		p = offlinePolicy()
+	}
+	s := &Store{path: path, debounce: defaultDebounce}
+	s.cur.Store(p)
+	return s
+}
+
+// offlinePolicy returns the offline profile, or, should it ever fail to load, an empty
+// enforce policy, which is the same thing.
+func offlinePolicy() *Policy {
+	if p, err := Builtin("offline"); err == nil {
+		return p
+	}
+	return &Policy{name: "offline", mode: ModeEnforce, source: "builtin:offline"}
+}
+
+// Current returns the policy in force. Never nil.
+func (s *Store) Current() *Policy { return s.cur.Load() }
+
+// Reload loads the file again; on error the old policy stays and the error is returned. The
+// new policy is fully built and validated before it replaces the old one. Errors are as from
+// Load.
+func (s *Store) Reload() (*Policy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, err := Load(s.path)
+	if err != nil {
+		return nil, err
+	}
+	s.cur.Store(p)
+	return p, nil
+}
+
+// Watch reloads when the file changes (fsnotify on its directory, so editors' rename-writes
+// and Kubernetes ConfigMap symlink swaps are seen) until ctx ends, calling report after each
+// attempt with the new policy or the error that kept the old one.
+//
+// Changes to files the policy extends are watched too. Bursts of events are debounced into
+// one reload. A watcher error is passed to report (with a nil policy) and watching goes on.
+// report may be nil. Watch returns nil when ctx ends, or an error if it cannot watch.
+func (s *Store) Watch(ctx context.Context, report func(*Policy, error)) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch policy: %w", err)
+	}
+	defer w.Close()
+	dirs := make(map[string]bool)
+	if err := s.watchDirs(w, dirs); err != nil {
+		return err
+	}
+	if s.onWatching != nil {
+		s.onWatching()
+	}
+	if report == nil {
+		report = func(*Policy, error) {}
+	}
+	timer := time.NewTimer(s.debounce)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if s.relevant(ev) {
+				timer.Reset(s.debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			report(nil, fmt.Errorf("watch policy: %w", err))
+		case <-timer.C:
+			p, err := s.Reload()
+			if err == nil {
+				if werr := s.watchDirs(w, dirs); werr != nil {
+					report(nil, werr)
+				}
+			}
+			report(p, err)
+		}
+	}
+}
+
+// files returns the policy file and the files its current policy extends, cleaned.
+func (s *Store) files() []string {
+	files := []string{filepath.Clean(s.path)}
+	var walk func(p *Policy)
+	walk = func(p *Policy) {
+		for _, parent := range p.parents {
+			if !strings.HasPrefix(parent.source, "builtin:") {
+				files = append(files, filepath.Clean(parent.source))
+			}
+			walk(parent)
+		}
+	}
+	walk(s.Current())
+	return files
+}
+
+// watchDirs adds a watch on the directory of each file not yet watched (dirs records them).
+func (s *Store) watchDirs(w *fsnotify.Watcher, dirs map[string]bool) error {
+	for _, f := range s.files() {
+		dir := filepath.Dir(f)
+		if dirs[dir] {
+			continue
+		}
+		if err := w.Add(dir); err != nil {
+			return fmt.Errorf("watch policy directory %s: %w", dir, err)
+		}
+		dirs[dir] = true
+	}
+	return nil
+}
+
+// relevant reports whether an event may have changed the policy: it names one of the files,
+// or it is the swap of a Kubernetes ConfigMap's "..data" symlink in one of their directories
+// (the files themselves are symlinks through "..data" and get no event of their own).
+func (s *Store) relevant(ev fsnotify.Event) bool {
+	if ev.Op == fsnotify.Chmod {
+		return false
+	}
+	name := filepath.Clean(ev.Name)
+	for _, f := range s.files() {
+		if name == f || (filepath.Base(name) == "..data" && filepath.Dir(name) == filepath.Dir(f)) {
+			return true
+		}
+	}
+	return false
+}
