@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Defaults for the zero values of Config's limits.
+const (
+	DefaultMaxTunnels            = 1024
+	DefaultDialTimeout           = 10 * time.Second
+	DefaultIdleTimeout           = 5 * time.Minute
+	DefaultResponseHeaderTimeout = 2 * time.Minute
+	DefaultMaxHeaderBytes        = 64 << 10
+	DefaultMaxRequestBodyBytes   = 1 << 30
+)
+
+// headerReadTimeout bounds how long a client may take to send a request head or a TLS
+// ClientHello (slowloris); IdleTimeout lowers it when smaller.
+const headerReadTimeout = 30 * time.Second
+
+// PolicySource returns the policy in force. *policy.Store satisfies it. The proxy calls
+// Current once at the start of every request and tunnel, so a reload applies to new requests
+// while open tunnels keep the policy they started with.
+type PolicySource interface {
+	Current() *policy.Policy
+}
+
+// Resolver resolves a host name to addresses. *net.Resolver satisfies it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Injector adds credentials to an allowed request before it goes upstream. d is the request's
+// decision (d.Secrets names what the allowing rule injects). r.URL.Scheme says whether the
+// request leaves over TLS ("https") or in clear text ("http"). An error fails the request
+// with 503 credential_unavailable; the error text is audited, so it must hold no secret.
+type Injector interface {
+	Inject(r *http.Request, d policy.Decision) error
+}
+
+// OriginalDestination returns the address a redirected connection was sent to before the
+// kernel redirected it to the transparent listener.
+type OriginalDestination interface {
+	OriginalDst(c net.Conn) (netip.AddrPort, error)
+}
+
+// Config configures a Proxy. Policy and CA are required; every other zero value is usable.
+type Config struct {
+	// Policy returns the policy in force. Required.
+	Policy PolicySource
+	// CA signs the leaf certificates of intercepted tunnels. Required.
+	CA *CA
+	// Audit receives one event per request and per tunnel. Nil drops events.
+	Audit *audit.Logger
+	// Resolver resolves destination names (once per connection). Nil means net.DefaultResolver.
+	Resolver Resolver
+	// UpstreamRoots verifies upstream TLS certificates of intercepted requests. Nil means the
+	// system roots. Verification is never skipped.
+	UpstreamRoots *x509.CertPool
+	// Injector adds credentials to allowed requests. Nil injects nothing.
+	Injector Injector
+	// OriginalDst finds where a transparent connection was going. Nil makes ServeTransparent
+	// fail with ErrNoOriginalDst.
+	OriginalDst OriginalDestination
+	// SelfAddrs are the sidecar's other listeners (DNS, LLM, admin). The proxy never dials
+	// them, nor its own listeners; an unspecified address (0.0.0.0, ::) stands for every
+	// local address with that port. Nil means only the proxy's own listeners.
+	SelfAddrs []netip.AddrPort
+	// Logger receives operational logs (never secrets, header values or bodies). Nil
+	// discards them.
+	Logger *logrus.Logger
+	// Registerer gets the airlock_proxy_* metrics. Nil leaves them unregistered.
+	Registerer prometheus.Registerer
+	// Now is the clock for audit event times. Nil means time.Now.
+	Now func() time.Time
+
+	// MaxTunnels caps concurrent tunnels (CONNECT and transparent connections); beyond it a
+	// CONNECT gets 429 with Retry-After. Zero means DefaultMaxTunnels.
+	MaxTunnels int
+	// DialTimeout bounds resolving and connecting to an upstream (504 when exceeded). Zero
+	// means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// IdleTimeout closes a tunnel, or a client keep-alive connection, with no traffic for
+	// this long. Zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for an upstream's response head after the request
+	// was sent (504 when exceeded). Zero means DefaultResponseHeaderTimeout.
+	ResponseHeaderTimeout time.Duration
+	// MaxHeaderBytes caps a request head (client side) and a response head (upstream side).
+	// Zero means DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// MaxRequestBodyBytes caps the body of a proxied HTTP request (413 when exceeded). Bodies
+	// inside plain tunnels are not seen and not capped. Zero means DefaultMaxRequestBodyBytes.
+	MaxRequestBodyBytes int64
+}
+
+// withDefaults validates c and returns a copy with the defaults filled in. Errors wrap
+// ErrInvalidConfig.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Policy == nil:
+		return c, invalid("Policy is required")
+	case c.CA == nil:
+		return c, invalid("CA is required (use LoadOrCreateCA)")
+	case c.MaxTunnels < 0, c.DialTimeout < 0, c.IdleTimeout < 0, c.ResponseHeaderTimeout < 0,
+		c.MaxHeaderBytes < 0, c.MaxRequestBodyBytes < 0:
+		return c, invalid("limits must not be negative (use 0 for the default)")
+	}
+	for _, a := range c.SelfAddrs {
+		if !a.IsValid() {
+			return c, invalid(fmt.Sprintf("SelfAddrs holds an invalid address %v", a))
+		}
+	}
+	if c.Audit == nil {
+		c.Audit = audit.Discard()
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
+	if c.Logger == nil {
+		c.Logger = logrus.New()
+		c.Logger.SetOutput(io.Discard)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.MaxTunnels = orDefault(c.MaxTunnels, DefaultMaxTunnels)
+	c.DialTimeout = orDefault(c.DialTimeout, DefaultDialTimeout)
+	c.IdleTimeout = orDefault(c.IdleTimeout, DefaultIdleTimeout)
+	c.ResponseHeaderTimeout = orDefault(c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	c.MaxHeaderBytes = orDefault(c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	c.MaxRequestBodyBytes = orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)
+	c.SelfAddrs = append([]netip.AddrPort(nil), c.SelfAddrs...)
+	return c, nil
+}
+
+// headTimeout is how long a client may take to send a request head or a ClientHello.
+func (c Config) headTimeout() time.Duration {
+	return min(headerReadTimeout, c.IdleTimeout)
+}
+
+func invalid(msg string) error {
+	return fmt.Errorf("validate proxy config: %s: %w", msg, ErrInvalidConfig)
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,287 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// origin says where an HTTP request came from and how its upstream is reached. The listener
+// that read the request attaches it to the request's context.
+type origin struct {
+	client     string     // the client's address
+	hostHeader string     // the Host header as the client sent it ("" when absent)
+	headKnown  bool       // false when the raw request head could not be read (explicit listener)
+	ups        *upstreams // transports to the upstream
+	tunnel     *tunnel    // the intercepted tunnel the request came through, or nil
+}
+
+type ctxKey int
+
+const (
+	originKey   ctxKey = iota // *origin, on requests the listeners read
+	exchangeKey               // *exchange, on requests going upstream
+	connKey                   // *headConn, on requests of the explicit listener
+)
+
+func withOrigin(ctx context.Context, o *origin) context.Context {
+	return context.WithValue(ctx, originKey, o)
+}
+
+func originFrom(ctx context.Context) *origin {
+	o, _ := ctx.Value(originKey).(*origin)
+	return o
+}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	x, _ := ctx.Value(exchangeKey).(*exchange)
+	return x
+}
+
+// exchange is one HTTP request through the proxy, from its decision to the last byte of its
+// response. It writes the request's one audit event when the response body is closed.
+type exchange struct {
+	p      *Proxy
+	o      *origin
+	pol    *policy.Policy // the policy in force when the request started
+	at     time.Time      // Config.Now at the start, the audit event's time
+	start  time.Time      // monotonic start, for the duration
+	method string
+	path   string
+	host   string // URL host as the client gave it
+	port   int    // effective port
+	dest   string // host:port as the client asked for it
+	d      policy.Decision
+	up     atomic.Int64
+	down   atomic.Int64
+
+	// mu guards the fields below, which the transport's goroutines also set.
+	mu      sync.Mutex
+	status  int
+	addr    string
+	secrets []string
+	refusal *policy.Decision // what denied the request, if anything did
+	errText string
+
+	once sync.Once
+}
+
+// onRequest is goproxy's request hook and the first stage of every HTTP request: it decides,
+// and either answers (a denial, a limit) or lets goproxy forward through the exchange.
+func (p *Proxy) onRequest(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	o := originFrom(r.Context())
+	if o == nil { // a request that did not come through our listeners: fail closed
+		return r, failResponse(r, http.StatusBadRequest, codeBadRequest, "", 0, failNotProxy)
+	}
+	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
+		method: r.Method, path: r.URL.EscapedPath(), host: r.URL.Host, dest: r.URL.Host}
+	gctx.RoundTripper = x
+	return r, x.admit(r)
+}
+
+// admit checks the names the request carries agree, decides it, and checks its size. It
+// returns the response that ends the request, or nil to forward it.
+func (x *exchange) admit(r *http.Request) *http.Response {
+	if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
+		return x.fail(r, http.StatusBadRequest, codeBadRequest, failScheme)
+	}
+	a, err := parseAuthority(r.URL.Host)
+	if err != nil {
+		return x.deny(r, policy.Decision{Reason: policy.ReasonInvalidHost,
+			Detail: fmt.Sprintf("request target host %q is not valid", r.URL.Host)})
+	}
+	x.host, x.port = a.host, a.port
+	if x.port == 0 {
+		x.port = defaultPort(r.URL.Scheme)
+	}
+	x.dest = a.withPort(x.port)
+	if r.URL.Opaque != "" { // "GET http:x": the request-target is not a path the policy can match
+		return x.deny(r, policy.Decision{Reason: policy.ReasonInvalidPath,
+			Detail: "the request target has no path"})
+	}
+	h, err := policy.NormalizeHost(a.host)
+	if err != nil {
+		return x.deny(r, policy.Decision{Reason: policy.ReasonInvalidHost,
+			Detail: fmt.Sprintf("host %q is not a valid host name or address", a.host)})
+	}
+	if detail := x.o.hostMismatch(h.Name, x.port); detail != "" {
+		return x.deny(r, policy.Decision{Reason: ReasonHostMismatch, Host: h.Name, Port: x.port, Detail: detail})
+	}
+	x.d = x.pol.Decide(policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
+		Method: r.Method, Path: r.URL.EscapedPath()})
+	if !x.d.Allowed() {
+		return x.deny(r, x.d)
+	}
+	if r.ContentLength > x.p.cfg.MaxRequestBodyBytes {
+		return x.fail(r, http.StatusRequestEntityTooLarge, codeTooLarge, failBodyLimit)
+	}
+	return nil
+}
+
+// hostMismatch says why the request's Host header does not name host:port, or "".
+func (o *origin) hostMismatch(host string, port int) string {
+	switch {
+	case !o.headKnown:
+		return "the request head could not be read to check its Host header"
+	case o.hostHeader == "":
+		return "" // HTTP/1.0 without Host: the URL (or tunnel) alone names the destination
+	}
+	return agree(host, port, o.hostHeader)
+}
+
+// RoundTrip is the exchange's upstream stage (goproxy.RoundTripper): inject credentials,
+// forward over a transport that dials only checked addresses, and turn every failure into
+// a JSON response. It never returns an error, so goproxy never writes one of its own.
+func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+	if x.p.cfg.Injector == nil && len(x.d.Secrets) > 0 {
+		// Fail closed: the rule says this request needs credentials, and sending it without
+		// them (or with whatever the sandbox put in the header) is never right.
+		x.setError(fmt.Errorf("inject credentials %v: %w", x.d.Secrets, errNoInjector))
+		return x.fail(r, http.StatusServiceUnavailable, codeCredentialUnavailable, failInject), nil
+	}
+	if inj := x.p.cfg.Injector; inj != nil {
+		if err := inj.Inject(r, x.d); err != nil {
+			x.setError(fmt.Errorf("inject credentials: %w", err))
+			return x.fail(r, http.StatusServiceUnavailable, codeCredentialUnavailable, failInject), nil
+		}
+		x.mu.Lock()
+		x.secrets = x.d.Secrets
+		x.mu.Unlock()
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countingBody{rc: r.Body, limit: x.p.cfg.MaxRequestBodyBytes, n: &x.up, total: x.p.metrics.bytesUp}
+	}
+	ctx := context.WithValue(r.Context(), exchangeKey, x)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: x.gotConn})
+	resp, err := x.o.ups.get(x.pol).RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		return x.upstreamFailure(r, err), nil
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		_ = resp.Body.Close()
+		x.setError(errors.New("upstream switched protocols; upgrades are not proxied"))
+		return x.fail(r, http.StatusBadGateway, codeUnreachable, failUpgrade), nil
+	}
+	if decision, _ := x.outcome(); decision == audit.DecisionReport {
+		resp.Header.Set(headerDecision, audit.DecisionReport)
+	}
+	return x.respond(resp), nil
+}
+
+// gotConn records the address and report status of the upstream connection a request got,
+// whether freshly dialled or reused.
+func (x *exchange) gotConn(info httptrace.GotConnInfo) {
+	c := info.Conn
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	cc, ok := c.(*checkedConn)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.addr = cc.addr.String()
+}
+
+// upstreamFailure maps a transport error to the client's response: a refused address is a
+// denial, an oversized body 413, a timeout 504, anything else 502.
+func (x *exchange) upstreamFailure(r *http.Request, err error) *http.Response {
+	var den *denial
+	switch {
+	case errors.As(err, &den):
+		return x.deny(r, withRule(den.d, x.d.Rule))
+	case errors.Is(err, errBodyTooLarge):
+		return x.fail(r, http.StatusRequestEntityTooLarge, codeTooLarge, failBodyLimit)
+	}
+	x.setError(err)
+	switch {
+	case isTimeout(err):
+		return x.fail(r, http.StatusGatewayTimeout, codeTimeout, failTimeout)
+	case errors.Is(err, errResolve):
+		return x.fail(r, http.StatusBadGateway, codeUnreachable, failResolve)
+	}
+	return x.fail(r, http.StatusBadGateway, codeUnreachable, failConnect)
+}
+
+// deny answers the request with the 403 for d.
+func (x *exchange) deny(r *http.Request, d policy.Decision) *http.Response {
+	x.mu.Lock()
+	x.refusal = &d
+	x.mu.Unlock()
+	return x.respond(denyResponse(r, d, x.host, x.port))
+}
+
+// fail answers the request with an error other than a denial.
+func (x *exchange) fail(r *http.Request, status int, code, reason string) *http.Response {
+	host := x.d.Host
+	if host == "" {
+		host = x.host
+	}
+	return x.respond(failResponse(r, status, code, host, x.port, reason))
+}
+
+// respond records resp's status and counts its body; closing the body ends the exchange.
+func (x *exchange) respond(resp *http.Response) *http.Response {
+	x.mu.Lock()
+	x.status = resp.StatusCode
+	x.mu.Unlock()
+	resp.Body = &countingBody{rc: resp.Body, limit: -1, n: &x.down, total: x.p.metrics.bytesDown, onClose: x.finish}
+	return resp
+}
+
+func (x *exchange) setError(err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.errText = err.Error()
+}
+
+// outcome is the audit decision and the policy decision behind it.
+func (x *exchange) outcome() (string, policy.Decision) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case x.refusal != nil:
+		return audit.DecisionDeny, *x.refusal
+	case x.d.WouldDeny:
+		return audit.DecisionReport, x.d
+	}
+	return audit.DecisionAllow, x.d
+}
+
+// finish writes the exchange's audit event and metrics, once.
+func (x *exchange) finish() {
+	x.once.Do(func() {
+		decision, d := x.outcome()
+		dur := time.Since(x.start)
+		x.mu.Lock()
+		ev := audit.Event{Time: x.at, Kind: audit.KindHTTP, Decision: decision, Rule: d.Rule,
+			Reason: string(d.Reason), Detail: d.Detail, Destination: x.dest, Addr: x.addr,
+			Method: x.method, Path: x.path, Status: x.status, BytesUp: x.up.Load(),
+			BytesDown: x.down.Load(), Duration: dur, Secrets: x.secrets, Client: x.o.client,
+			Policy: x.pol.Name(), Error: x.errText}
+		x.mu.Unlock()
+		x.p.cfg.Audit.Log(ev)
+		x.p.metrics.observe(kindHTTP, decision, d.Rule, dur)
+		if t := x.o.tunnel; t != nil {
+			t.up.Add(ev.BytesUp)
+			t.down.Add(ev.BytesDown)
+			t.mu.Lock()
+			if t.addr == "" {
+				t.addr = ev.Addr // the tunnel's event names an address it reached
+			}
+			t.mu.Unlock()
+		}
+	})
+}

@@ -1,0 +1,234 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/elazarl/goproxy"
+	"github.com/sirupsen/logrus"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// newGoproxy builds the goproxy server every HTTP request goes through, with its unsafe
+// defaults replaced: no upstream proxy from the environment, no unverified TLS, no dial that
+// skips the SSRF guard. Every request gets its own RoundTripper (the exchange); the server's
+// own transport and CONNECT dialer refuse, so a path we did not foresee fails closed.
+func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = goproxyLogger{p.cfg.Logger}
+	gp.Verbose = false
+	gp.KeepDestinationHeaders = true // keep what we set on the ResponseWriter (Connection: close)
+	gp.KeepAcceptEncoding = true     // relay the client's Accept-Encoding; the transport never decodes
+	gp.AllowHTTP2 = false
+	gp.Tr = &http.Transport{
+		Proxy: nil,
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errNoExchange
+		},
+	}
+	gp.ConnectDial = nil // NewProxyHttpServer takes one from HTTPS_PROXY
+	gp.ConnectDialWithReq = func(*http.Request, string, string) (net.Conn, error) {
+		return nil, errNoExchange
+	}
+	gp.NonproxyHandler = http.HandlerFunc(notProxy)
+	gp.OnRequest().DoFunc(p.onRequest)
+	gp.OnRequest().HijackConnect(p.serveConnect)
+	return gp
+}
+
+// newServer is an http.Server for one of the proxy's client sides: the explicit listener,
+// the inside of an intercepted tunnel, or a transparent HTTP connection.
+func (p *Proxy) newServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: p.cfg.headTimeout(),
+		IdleTimeout:       p.cfg.IdleTimeout,
+		MaxHeaderBytes:    p.cfg.MaxHeaderBytes,
+		ErrorLog:          p.errorLog,
+		// HTTP/1.1 only, on every client side.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+}
+
+// serveExplicit is the explicit listener's handler: it claims the raw head the connection
+// read for this request, and passes the request to goproxy with its origin.
+func (p *Proxy) serveExplicit(w http.ResponseWriter, r *http.Request) {
+	o := &origin{client: r.RemoteAddr, ups: p.explicit}
+	hc, _ := r.Context().Value(connKey).(*headConn)
+	if hc != nil {
+		h, ok := hc.pop()
+		if ok && h.method == r.Method && h.target == r.RequestURI && h.hosts <= 1 {
+			o.hostHeader, o.headKnown = h.host, true
+		}
+		if !ok || h.bodyLen < 0 || !o.headKnown {
+			// The connection's framing is no longer followed: no further request on it.
+			w.Header().Set("Connection", "close")
+		}
+		w = &hijackNotifier{ResponseWriter: w, hc: hc}
+	}
+	if r.Method == http.MethodConnect {
+		// Tracked from before the hijack, so Shutdown never misses a tunnel that is starting.
+		e := p.active.add(hc)
+		defer p.active.remove(e)
+	}
+	p.gp.ServeHTTP(w, r.WithContext(withOrigin(r.Context(), o)))
+}
+
+// notProxy answers a request that is not a proxy request (origin-form, sent to the proxy
+// as if it were the server).
+func notProxy(w http.ResponseWriter, r *http.Request) {
+	resp := failResponse(r, http.StatusBadRequest, codeBadRequest, "", 0, failNotProxy)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// serveConnect runs one CONNECT tunnel on the hijacked client connection: decide on the
+// name and port, take a tunnel slot, resolve and check the destination, then intercept
+// (when the decision says so) or relay bytes, screening the first ones for a TLS server name.
+func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+	defer client.Close()
+	t := p.newTunnel(kindConnect, client.RemoteAddr())
+	defer t.finish()
+	a, err := parseAuthority(r.URL.Host)
+	if err != nil {
+		t.dest = r.URL.Host
+		d := policy.Decision{Reason: policy.ReasonInvalidHost, Detail: fmt.Sprintf("CONNECT target %q is not host:port", r.URL.Host)}
+		t.refuse(d)
+		writeRaw(client, t.respond(denyResponse(r, d, r.URL.Host, 0)))
+		return
+	}
+	t.dest = a.withPort(443)
+	req := policy.Request{Scheme: "https", Host: a.host, Port: a.port}
+	if req.Port == 0 {
+		req.Port = 443
+	}
+	if resp := p.openTunnel(t, req, netip.Addr{}); resp != nil {
+		writeRaw(client, resp)
+		return
+	}
+	defer p.releaseTunnel()
+	if t.d.Intercept {
+		p.writeEstablished(t, client)
+		p.intercept(t, client)
+		return
+	}
+	upstream, err := p.connectTunnel(t)
+	if err != nil {
+		writeRaw(client, t.respond(p.tunnelFailure(t, r, err)))
+		return
+	}
+	defer upstream.Close()
+	p.writeEstablished(t, client)
+	p.relay(t, client, upstream, t.screenHello)
+}
+
+// writeEstablished accepts the CONNECT; in report mode it says so when enforce would deny.
+func (p *Proxy) writeEstablished(t *tunnel, client net.Conn) {
+	t.setStatus(http.StatusOK)
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 200 Connection established\r\n")
+	if decision, _ := t.outcome(); decision == audit.DecisionReport {
+		b.WriteString(headerDecision + ": " + audit.DecisionReport + "\r\n")
+	}
+	b.WriteString("\r\n")
+	_, _ = io.WriteString(client, b.String())
+}
+
+// screenHello inspects the first bytes a client sends through a plain tunnel: a TLS
+// ClientHello must name the CONNECT host (or no host); anything that is not TLS passes, as a
+// raw tunnel the policy allowed.
+func (t *tunnel) screenHello(br *bufio.Reader) ([]byte, error) {
+	hello, first, err := readClientHello(br)
+	switch {
+	case !hello.tls:
+		return nil, nil // not TLS, or nothing sent before EOF: relay as is
+	case err != nil:
+		t.refuse(policy.Decision{Reason: ReasonBadClientHello, Rule: t.d.Rule, Host: t.host, Port: t.port,
+			Detail: "the client's TLS handshake could not be parsed"})
+		return nil, err
+	case hello.sni == "":
+		return first, nil
+	}
+	if h, err := policy.NormalizeHost(hello.sni); err != nil || h.Name != t.host {
+		t.refuse(sniMismatch(t, hello.sni))
+		return nil, errSNIMismatch
+	}
+	return first, nil
+}
+
+// sniMismatch is the denial of a TLS server name that differs from the tunnel's host.
+func sniMismatch(t *tunnel, sni string) policy.Decision {
+	return policy.Decision{Reason: ReasonHostMismatch, Rule: t.d.Rule, Host: t.host, Port: t.port,
+		Detail: fmt.Sprintf("TLS server name %q does not match tunnel host %q", sni, t.host)}
+}
+
+// hijackNotifier tells the head reader when goproxy hijacks the connection (CONNECT), so it
+// stops looking for request heads, and hands back bytes net/http had buffered, which
+// goproxy would otherwise drop.
+type hijackNotifier struct {
+	http.ResponseWriter
+	hc *headConn
+}
+
+func (w *hijackNotifier) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.hc.passthrough()
+	if n := rw.Reader.Buffered(); n > 0 {
+		buffered, _ := rw.Reader.Peek(n)
+		c = &prefixConn{Conn: c, r: io.MultiReader(strings.NewReader(string(buffered)), c)}
+	}
+	return c, rw, nil
+}
+
+func (w *hijackNotifier) Flush() {
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *hijackNotifier) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// prefixConn reads from r (bytes already taken from Conn, then Conn) and writes to Conn.
+type prefixConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite half-closes the underlying connection when it can.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// goproxyLogger sends goproxy's messages to the debug level: they carry no secrets, but are
+// noisy and free-form.
+type goproxyLogger struct{ l *logrus.Logger }
+
+func (g goproxyLogger) Printf(format string, v ...any) {
+	g.l.Debugf("goproxy: "+strings.TrimSpace(format), v...)
+}
+
+// logWriter sends net/http's error log to the debug level.
+type logWriter struct{ l *logrus.Logger }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.l.Debug(strings.TrimSpace(string(b)))
+	return len(b), nil
+}

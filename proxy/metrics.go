@@ -1,0 +1,75 @@
+package proxy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric kinds: one per audit event, named after the event's source.
+const (
+	kindHTTP        = "http"        // an HTTP request (absolute-form, inside an intercepted tunnel, or transparent)
+	kindConnect     = "connect"     // a CONNECT tunnel
+	kindTransparent = "transparent" // a transparent TLS connection (or a transparent connection refused before any request)
+)
+
+// metrics are the proxy's Prometheus collectors. They live on the Proxy, never in package
+// state, and are registered on Config.Registerer.
+type metrics struct {
+	requests    *prometheus.CounterVec   // kind, decision, rule
+	bytes       *prometheus.CounterVec   // direction
+	bytesUp     prometheus.Counter       // bytes{direction="up"}
+	bytesDown   prometheus.Counter       // bytes{direction="down"}
+	openTunnels prometheus.Gauge         // tunnels open now
+	duration    *prometheus.HistogramVec // kind
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_proxy_requests_total",
+			Help: "Requests and tunnels handled by the proxy, by kind, decision and rule.",
+		}, []string{"kind", "decision", "rule"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_proxy_bytes_total",
+			Help: "Payload bytes relayed: up (to upstreams) and down (to clients).",
+		}, []string{"direction"}),
+		openTunnels: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "airlock_proxy_open_tunnels",
+			Help: "CONNECT tunnels and transparent connections open now.",
+		}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "airlock_proxy_request_duration_seconds",
+			Help:    "Duration of requests and tunnels, from decision to the last byte.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}, []string{"kind"}),
+	}
+	m.bytesUp = m.bytes.WithLabelValues("up")
+	m.bytesDown = m.bytes.WithLabelValues("down")
+	return m
+}
+
+// register registers every collector on r, unregistering those already registered when one
+// fails, so a failed New leaves the registry as it found it.
+func (m *metrics) register(r prometheus.Registerer) error {
+	if r == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{m.requests, m.bytes, m.openTunnels, m.duration}
+	for i, c := range cs {
+		if err := r.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				r.Unregister(done)
+			}
+			return fmt.Errorf("register proxy metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// observe counts one finished request or tunnel.
+func (m *metrics) observe(kind, decision, rule string, d time.Duration) {
+	m.requests.WithLabelValues(kind, decision, rule).Inc()
+	m.duration.WithLabelValues(kind).Observe(d.Seconds())
+}

@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// headerDecision marks responses the proxy made a decision on: "deny" on a denial, "report"
+// on an allowed response that enforce mode would have denied. Other responses carry nothing.
+const headerDecision = "X-Airlock-Decision"
+
+// Values of the "error" field of the proxy's JSON error bodies.
+const (
+	codeDenied                = "egress_denied"          // 403
+	codeUnreachable           = "upstream_unreachable"   // 502
+	codeTimeout               = "upstream_timeout"       // 504
+	codeCredentialUnavailable = "credential_unavailable" // 503
+	codeTooLarge              = "request_too_large"      // 413
+	codeTooManyTunnels        = "too_many_tunnels"       // 429
+	codeBadRequest            = "bad_request"            // 400
+)
+
+// Values of the "reason" field of failures (denials carry the decision's reason).
+const (
+	failResolve     = "resolve_failed"
+	failConnect     = "connect_failed"
+	failTimeout     = "timeout"
+	failUpgrade     = "upgrade_unsupported"
+	failInject      = "injection_failed"
+	failBodyLimit   = "body_limit"
+	failTunnelLimit = "tunnel_limit"
+	failNotProxy    = "not_a_proxy_request"
+	failScheme      = "unsupported_scheme"
+)
+
+// deniedBody is the JSON body of a denial; every field is always present.
+type deniedBody struct {
+	Error  string `json:"error"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+}
+
+// failedBody is the JSON body of every other error. It names the destination and a coarse
+// reason, never an internal error text.
+type failedBody struct {
+	Error  string `json:"error"`
+	Host   string `json:"host,omitempty"`
+	Port   int    `json:"port,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// denyResponse is the 403 for decision d on host:port.
+func denyResponse(req *http.Request, d policy.Decision, host string, port int) *http.Response {
+	if d.Host != "" {
+		host = d.Host
+	}
+	if d.Port != 0 {
+		port = d.Port
+	}
+	resp := jsonResponse(req, http.StatusForbidden, deniedBody{
+		Error: codeDenied, Host: host, Port: port, Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail,
+	})
+	resp.Header.Set(headerDecision, "deny")
+	return resp
+}
+
+// failResponse is an error response other than a denial.
+func failResponse(req *http.Request, status int, code, host string, port int, reason string) *http.Response {
+	resp := jsonResponse(req, status, failedBody{Error: code, Host: host, Port: port, Reason: reason})
+	if status == http.StatusTooManyRequests {
+		resp.Header.Set("Retry-After", "1")
+	}
+	return resp
+}
+
+// jsonResponse is a complete response with v as its JSON body.
+func jsonResponse(req *http.Request, status int, v any) *http.Response {
+	body, err := json.Marshal(v)
+	if err != nil { // only plain strings and ints above; cannot happen
+		body = []byte(`{"error":"internal"}`)
+	}
+	body = append(body, '\n')
+	h := make(http.Header)
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	return &http.Response{
+		Status:        strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode:    status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+// writeRaw writes resp to a hijacked or raw connection, closing the connection afterwards
+// (Connection: close), as the reply to a CONNECT or a transparent connection.
+func writeRaw(w io.Writer, resp *http.Response) {
+	resp.Close = true
+	_ = resp.Write(w)
+}

@@ -1,0 +1,336 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// relayBuffer is the copy buffer of each direction of a plain tunnel.
+const relayBuffer = 32 << 10
+
+// tunnel is one CONNECT tunnel or transparent connection, from its decision to its end. It
+// writes the tunnel's one audit event when it ends, or when it is refused.
+type tunnel struct {
+	p      *Proxy
+	kind   string         // metric kind: connect or transparent
+	pol    *policy.Policy // the policy in force when the tunnel started
+	at     time.Time      // Config.Now at the start, the audit event's time
+	start  time.Time      // monotonic start, for the duration
+	client string         // the client's address
+	dest   string         // host:port as the client asked for it
+	host   string         // normalised host the decision was made on
+	port   int
+	d      policy.Decision // the connection-level decision
+	target target          // checked upstream addresses
+	ups    *upstreams      // intercepted tunnels: transports to target
+	up     atomic.Int64
+	down   atomic.Int64
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	status  int
+	addr    string
+	refusal *policy.Decision
+	errText string
+
+	once sync.Once
+}
+
+// newTunnel starts the bookkeeping of a tunnel from client.
+func (p *Proxy) newTunnel(kind string, client net.Addr) *tunnel {
+	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now()}
+	if client != nil {
+		t.client = client.String()
+	}
+	return t
+}
+
+// refuse records the decision that refused the tunnel.
+func (t *tunnel) refuse(d policy.Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.refusal == nil {
+		t.refusal = &d
+	}
+}
+
+func (t *tunnel) setStatus(status int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.status = status
+}
+
+func (t *tunnel) setError(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.errText = err.Error()
+}
+
+// outcome is the audit decision and the policy decision behind it.
+func (t *tunnel) outcome() (string, policy.Decision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.refusal != nil:
+		return audit.DecisionDeny, *t.refusal
+	case t.d.WouldDeny:
+		return audit.DecisionReport, t.d
+	}
+	return audit.DecisionAllow, t.d
+}
+
+// finish writes the tunnel's audit event and metrics, once.
+func (t *tunnel) finish() {
+	t.once.Do(func() {
+		decision, d := t.outcome()
+		dur := time.Since(t.start)
+		t.mu.Lock()
+		ev := audit.Event{Time: t.at, Kind: audit.KindConnect, Decision: decision, Rule: d.Rule,
+			Reason: string(d.Reason), Detail: d.Detail, Destination: t.dest, Addr: t.addr,
+			Status: t.status, BytesUp: t.up.Load(), BytesDown: t.down.Load(), Duration: dur,
+			Client: t.client, Policy: t.pol.Name(), Error: t.errText}
+		t.mu.Unlock()
+		t.p.cfg.Audit.Log(ev)
+		t.p.metrics.observe(t.kind, decision, d.Rule, dur)
+	})
+}
+
+// relay copies bytes both ways between client and upstream until both directions have
+// ended, an error ends both, or neither direction moved for IdleTimeout. screen, when set,
+// reads the client's first bytes before anything goes upstream and returns them to be sent
+// first, or an error that ends the tunnel. Upstream bytes flow from the start, so protocols
+// where the server speaks first work.
+func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.Reader) ([]byte, error)) {
+	idle := &idleDeadline{conns: []net.Conn{client, upstream}, idle: p.cfg.IdleTimeout}
+	idle.touch()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		src, first := client, []byte(nil)
+		if screen != nil {
+			br := bufio.NewReader(client)
+			var err error
+			if first, err = screen(br); err != nil {
+				_ = client.Close()
+				_ = upstream.Close()
+				return
+			}
+			src = &prefixConn{Conn: client, r: br}
+		}
+		pipe(upstream, src, first, idle, &t.up, p.metrics.bytesUp)
+	}()
+	go func() {
+		defer wg.Done()
+		pipe(client, upstream, nil, idle, &t.down, p.metrics.bytesDown)
+	}()
+	wg.Wait()
+}
+
+// pipe copies src to dst. At src's EOF it half-closes dst so the other direction can finish;
+// on any other error it closes both, which ends the other direction too.
+func pipe(dst, src net.Conn, first []byte, idle *idleDeadline, n *atomic.Int64, total prometheus.Counter) {
+	fail := func() {
+		_ = dst.Close()
+		_ = src.Close()
+	}
+	if len(first) > 0 {
+		if _, err := dst.Write(first); err != nil {
+			fail()
+			return
+		}
+		n.Add(int64(len(first)))
+		total.Add(float64(len(first)))
+	}
+	buf := make([]byte, relayBuffer)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			idle.touch()
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				fail()
+				return
+			}
+			n.Add(int64(k))
+			total.Add(float64(k))
+		}
+		if errors.Is(err, io.EOF) {
+			closeWrite(dst)
+			return
+		}
+		if err != nil {
+			fail()
+			return
+		}
+	}
+}
+
+// closeWrite half-closes c when it can; a connection that cannot stays open until the other
+// direction ends.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
+// idleDeadline keeps pushing the deadlines of a tunnel's connections while bytes move in
+// either direction, so a tunnel ends after IdleTimeout without traffic in both.
+type idleDeadline struct {
+	conns []net.Conn
+	idle  time.Duration
+	last  atomic.Int64 // unix nanoseconds of the last push
+}
+
+// touch pushes the deadlines, at most once per idle/16 to keep syscalls off the hot path.
+func (d *idleDeadline) touch() {
+	now := time.Now()
+	if now.UnixNano()-d.last.Load() < int64(d.idle/16) {
+		return
+	}
+	d.last.Store(now.UnixNano())
+	for _, c := range d.conns {
+		_ = c.SetDeadline(now.Add(d.idle))
+	}
+}
+
+// checkedConn is an upstream connection to an address the guard checked.
+type checkedConn struct {
+	net.Conn
+	addr netip.AddrPort
+}
+
+// countingBody counts a body's bytes into n and total; with limit >= 0 it fails with
+// errBodyTooLarge past limit bytes. onClose, when set, runs after Close.
+type countingBody struct {
+	rc      io.ReadCloser
+	limit   int64
+	n       *atomic.Int64
+	total   prometheus.Counter
+	onClose func()
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	if b.limit >= 0 {
+		left := b.limit - b.n.Load()
+		if int64(len(p)) > left+1 {
+			p = p[:left+1]
+		}
+	}
+	k, err := b.rc.Read(p)
+	if b.limit >= 0 && b.n.Load()+int64(k) > b.limit {
+		k = int(b.limit - b.n.Load())
+		err = errBodyTooLarge
+	}
+	b.n.Add(int64(k))
+	b.total.Add(float64(k))
+	return k, err
+}
+
+func (b *countingBody) Close() error {
+	err := b.rc.Close()
+	if b.onClose != nil {
+		b.onClose()
+	}
+	return err
+}
+
+// openTunnel runs the stages every tunnel passes before a byte reaches upstream: decide on
+// the name and port (connection level), take a tunnel slot, resolve the name once and check
+// every address. want is the transparent original address (or the zero Addr). It returns
+// nil when the tunnel may open, holding a slot the caller releases, or the response that
+// refuses it.
+func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http.Response {
+	t.d = t.pol.Decide(req)
+	t.host, t.port = t.d.Host, req.Port
+	if t.host == "" {
+		t.host = req.Host
+	}
+	if !t.d.Allowed() {
+		t.refuse(t.d)
+		return t.respond(denyResponse(nil, t.d, t.host, t.port))
+	}
+	if !p.acquireTunnel() {
+		t.refuse(tunnelLimit(t.d.Rule, t.host, t.port))
+		return t.respond(failResponse(nil, http.StatusTooManyRequests, codeTooManyTunnels, t.host, t.port, failTunnelLimit))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+	defer cancel()
+	tg, err := p.guard.resolve(ctx, t.pol, t.host, t.port, want)
+	if err != nil {
+		p.releaseTunnel()
+		return t.respond(p.tunnelFailure(t, nil, err))
+	}
+	t.target = tg
+	return nil
+}
+
+// tunnelLimit is the refusal of a tunnel beyond MaxTunnels.
+func tunnelLimit(rule, host string, port int) policy.Decision {
+	return policy.Decision{Reason: ReasonTunnelLimit, Rule: rule, Host: host, Port: port,
+		Detail: "too many tunnels are open; retry later"}
+}
+
+// connectTunnel dials the tunnel's checked addresses.
+func (p *Proxy) connectTunnel(t *tunnel) (net.Conn, error) {
+	c, ap, err := p.guard.connect(context.Background(), t.target)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.addr = ap.String()
+	t.mu.Unlock()
+	return c, nil
+}
+
+// tunnelFailure maps a resolve or dial error to the response refusing the tunnel.
+func (p *Proxy) tunnelFailure(t *tunnel, r *http.Request, err error) *http.Response {
+	var den *denial
+	if errors.As(err, &den) {
+		d := withRule(den.d, t.d.Rule)
+		t.refuse(d)
+		return denyResponse(r, d, t.host, t.port)
+	}
+	t.setError(err)
+	switch {
+	case isTimeout(err):
+		return failResponse(r, http.StatusGatewayTimeout, codeTimeout, t.host, t.port, failTimeout)
+	case errors.Is(err, errResolve):
+		return failResponse(r, http.StatusBadGateway, codeUnreachable, t.host, t.port, failResolve)
+	}
+	return failResponse(r, http.StatusBadGateway, codeUnreachable, t.host, t.port, failConnect)
+}
+
+// respond records the status of the response refusing the tunnel.
+func (t *tunnel) respond(resp *http.Response) *http.Response {
+	t.setStatus(resp.StatusCode)
+	return resp
+}
+
+// acquireTunnel takes one of MaxTunnels slots, or reports there is none.
+func (p *Proxy) acquireTunnel() bool {
+	if p.open.Add(1) > int64(p.cfg.MaxTunnels) {
+		p.open.Add(-1)
+		return false
+	}
+	p.metrics.openTunnels.Inc()
+	return true
+}
+
+// releaseTunnel gives a slot back.
+func (p *Proxy) releaseTunnel() {
+	p.open.Add(-1)
+	p.metrics.openTunnels.Dec()
+}
