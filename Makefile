@@ -1,0 +1,59 @@
+# airlock — build, run, test, benchmark.
+#
+#   make run       build and start airlock on loopback with deploy/examples/policy.yaml
+#   make test      vet + every test, privileged ones included when run as root
+#   make bench     proxied req/s against direct, Squid and tinyproxy, as ratios
+#   make lint      gofmt, go vet, staticcheck
+#   make generate  regenerate generated code (go generate ./...)
+#   make fuzz      run each fuzz target for FUZZTIME (default 30s)
+
+GO          ?= go
+BIN         ?= bin/airlock
+CACHE       ?= .cache
+STATE_DIR   ?= $(CACHE)/state
+POLICY      ?= deploy/examples/policy.yaml
+PROXY_ADDR  ?= 127.0.0.1:3128
+ADMIN_ADDR  ?= 127.0.0.1:9090
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 30s
+TESTFLAGS   ?=
+BENCHFLAGS  ?=
+
+.PHONY: all build run test bench lint generate fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/airlock
+
+run: build
+	@echo "airlock: explicit proxy on http://$(PROXY_ADDR), admin on http://$(ADMIN_ADDR), policy $(POLICY)"
+	@echo "  allowed: curl -x http://$(PROXY_ADDR) https://pypi.org/simple/"
+	@echo "  denied:  curl -i -x http://$(PROXY_ADDR) http://evil.example/   (403 + JSON reason)"
+	@echo "  explain: $(BIN) policy explain $(POLICY) --url https://api.github.com/repos/acme/app"
+	@echo "  metrics: curl http://$(ADMIN_ADDR)/metrics     decisions: curl http://$(ADMIN_ADDR)/v1/decisions"
+	@echo "  CA (for intercepted hosts): $(BIN) ca export --state-dir $(STATE_DIR) > airlock-ca.pem"
+	@echo "  stop with Ctrl-C"
+	$(BIN) run --policy $(POLICY) --state-dir $(STATE_DIR) --proxy-addr $(PROXY_ADDR) --admin-addr $(ADMIN_ADDR) --sandbox make-run
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 $(TESTFLAGS) ./...
+
+bench:
+	$(GO) run ./bench $(BENCHFLAGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+generate:
+	$(GO) generate ./...
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy/
+	$(GO) test -run='^$$' -fuzz=FuzzNormalizeHost -fuzztime=$(FUZZTIME) ./policy/
+
+clean:
+	rm -rf bin $(CACHE)

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// newAdminServer serves the admin endpoints. It never serves the sandbox: the admin listener
+// stays on loopback (or a pod-internal address) and is never an allowed destination.
+//
+//	/healthz       200 while the process serves
+//	/readyz        200 once every listener is up and a policy is loaded, else 503
+//	/metrics       Prometheus metrics
+//	/v1/decisions  the most recent audit events, newest first (JSON)
+func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Logger, ready <-chan struct{}) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		select {
+		case <-ready:
+			_, _ = w.Write([]byte("ready: policy " + store.Current().Name() + "\n"))
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("starting\n"))
+		}
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /v1/decisions", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"decisions": al.Recent()})
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// flagSet wraps flag.FlagSet with the two habits every airlock subcommand shares: flags may
+// come before or after positional arguments, and (for commands that opt in) every flag can be
+// set from an AIRLOCK_* environment variable of the same name.
+type flagSet struct {
+	*flag.FlagSet
+	usageLine string
+	long      string
+}
+
+func newFlagSet(name, usageLine, long string, stderr io.Writer) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), usageLine: usageLine, long: long}
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: %s\n\n%s\n", fs.usageLine, strings.TrimSpace(fs.long))
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintf(w, "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// envName is the environment variable a flag reads: --proxy-addr ← AIRLOCK_PROXY_ADDR.
+func envName(flagName string) string {
+	return "AIRLOCK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse parses args, allowing flags after positionals, and returns the positionals. With
+// fromEnv, a flag not given on the command line takes its AIRLOCK_* variable when set. --help
+// prints usage to stdout and returns errHelp.
+func (fs *flagSet) parse(args []string, stdout io.Writer, fromEnv bool) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(stdout)
+				fs.Usage()
+				return nil, errHelp
+			}
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if args[0] == "--" {
+			positional = append(positional, args[1:]...)
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+	if fromEnv {
+		if err := fs.applyEnv(); err != nil {
+			return nil, err
+		}
+	}
+	return positional, nil
+}
+
+// applyEnv sets every flag that was not given explicitly from its environment variable.
+func (fs *flagSet) applyEnv() error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = failf("%s=%q: %v", envName(f.Name), v, serr)
+			}
+		}
+	})
+	return err
+}
+
+// errHelp means --help was printed; the command exits 0.
+var errHelp = &exitError{code: 0}
+
+// defaultStateDir is where state lives when --state-dir is not given: /var/lib/airlock as
+// root, else $XDG_STATE_HOME/airlock (default ~/.local/state/airlock).
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/airlock"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "airlock")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "airlock")
+	}
+	return filepath.Join(os.TempDir(), "airlock-state")
+}

@@ -1,0 +1,105 @@
+// Command airlock is the egress proxy and credential broker sidecar for AI-agent sandboxes.
+//
+// This package is thin: it parses flags and environment variables, wires the packages that do
+// the work (policy, proxy, audit) together and maps their errors onto exit codes. It holds no
+// business logic; nothing imports it.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// exitError carries an exit code through the command tree; its message (if any) is printed
+// on one line to stderr by main.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// errUsage signals that usage was already printed and the exit code is 2.
+var errUsage = &exitError{code: 2}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "serve the egress proxy and admin endpoints for one sandbox", runCmd},
+		{"policy", "check, explain and test policy files (policy check|explain|test)", policyCmd},
+		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
+		{"version", "print the version", versionCmd},
+	}
+}
+
+const mainUsage = `airlock — egress proxy and credential broker for AI-agent sandboxes
+
+Usage:
+  airlock <command> [flags] [args]
+
+Commands:
+%s
+Run "airlock <command> --help" for a command's flags.
+`
+
+func usage(w io.Writer) {
+	var list string
+	for _, c := range commands() {
+		list += fmt.Sprintf("  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, mainUsage, list)
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches args to a subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return exitCode(c.run(args[1:], stdout, stderr), stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "airlock: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// exitCode prints err (if it has a message) and maps it to an exit code.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintf(stderr, "airlock: %s\n", ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	return 1
+}
+
+// failf returns an exit-1 error with a formatted one-line message.
+func failf(format string, a ...any) error {
+	return &exitError{code: 1, msg: fmt.Sprintf(format, a...)}
+}

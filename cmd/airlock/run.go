@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sirupsen/logrus"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/proxy"
+)
+
+const runLong = `
+Serve the egress proxy for one sandbox: the explicit HTTP/HTTPS proxy (absolute-form requests
+and CONNECT), decided against the policy before any upstream connection, with TLS interception
+only for rules that need it, and the admin endpoints (/healthz, /readyz, /metrics,
+/v1/decisions). Audit events go to stderr as JSON lines and, with --audit-log, to a file.
+
+The policy is reloaded on SIGHUP and when its file changes; a new policy that does not load
+leaves the old one in force and logs why. SIGTERM or SIGINT stops the sidecar gracefully.
+
+Every flag can also be set from the environment: --proxy-addr from AIRLOCK_PROXY_ADDR, and so
+on. An address set to "off" disables that listener.`
+
+// runConfig is everything airlock run is told by flags and environment.
+type runConfig struct {
+	policyFile      string
+	proxyAddr       string
+	transparentAddr string
+	dnsAddr         string
+	llmAddr         string
+	adminAddr       string
+	stateDir        string
+	cgroup          string
+	environment     string
+	auditLog        string
+	upstreamDNS     string
+	sandbox         string
+	logLevel        string
+	limits          limits
+}
+
+// limits are the proxy's resource limits, as flags.
+type limits struct {
+	MaxTunnels            int
+	DialTimeout           time.Duration
+	IdleTimeout           time.Duration
+	ResponseHeaderTimeout time.Duration
+	MaxHeaderBytes        int
+	MaxRequestBodyBytes   int64
+}
+
+func runFlags(stderr io.Writer) (*flagSet, *runConfig) {
+	fs := newFlagSet("run", "airlock run --policy FILE [flags]", runLong, stderr)
+	c := &runConfig{}
+	fs.StringVar(&c.policyFile, "policy", "", "policy YAML file (required)")
+	fs.StringVar(&c.proxyAddr, "proxy-addr", "127.0.0.1:3128", "explicit proxy listener (HTTP_PROXY/HTTPS_PROXY point here)")
+	fs.StringVar(&c.transparentAddr, "transparent-addr", "127.0.0.1:15001", "transparent proxy listener for kernel-redirected connections (needs --cgroup)")
+	fs.StringVar(&c.dnsAddr, "dns-addr", "127.0.0.1:5353", "DNS filter listener (not in this build: must be off or left at its default)")
+	fs.StringVar(&c.llmAddr, "llm-addr", "127.0.0.1:4000", "local model API listener (not in this build: must be off or left at its default)")
+	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:9090", "admin listener: /healthz, /readyz, /metrics, /v1/decisions")
+	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory (TLS interception CA)")
+	fs.StringVar(&c.cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement to (not in this build)")
+	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses to run without kernel enforcement")
+	fs.StringVar(&c.auditLog, "audit-log", "", "also append audit events (JSON lines) to this file")
+	fs.StringVar(&c.upstreamDNS, "upstream-dns", "", "resolver the sidecar uses (host:port); default: the policy's dns.upstreams, else /etc/resolv.conf")
+	fs.StringVar(&c.sandbox, "sandbox", "default", "sandbox name in audit events and metrics")
+	fs.StringVar(&c.logLevel, "log-level", "info", "operational log level: debug | info | warn | error")
+	fs.IntVar(&c.limits.MaxTunnels, "max-tunnels", 1024, "concurrent CONNECT tunnels; beyond this requests get 429 with Retry-After")
+	fs.DurationVar(&c.limits.DialTimeout, "dial-timeout", 10*time.Second, "upstream resolve+connect timeout (504 when exceeded)")
+	fs.DurationVar(&c.limits.IdleTimeout, "idle-timeout", 5*time.Minute, "close tunnels and keep-alive connections idle this long")
+	fs.DurationVar(&c.limits.ResponseHeaderTimeout, "response-header-timeout", 60*time.Second, "wait this long for upstream response headers (504 when exceeded)")
+	fs.IntVar(&c.limits.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted")
+	fs.Int64Var(&c.limits.MaxRequestBodyBytes, "max-request-body", 100<<20, "largest request body accepted (413 beyond)")
+	return fs, c
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	fs, cfg := runFlags(stderr)
+	rest, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return failf("run: unexpected argument %q (policy goes in --policy)", rest[0])
+	}
+	if cfg.policyFile == "" {
+		fs.Usage()
+		return failf("run: --policy is required (try deploy/examples/policy.yaml)")
+	}
+	if err := cfg.validate(fs); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, cfg, stderr)
+}
+
+// validate rejects flag combinations this build cannot honour, so nothing silently runs with
+// less enforcement than asked for.
+func (c *runConfig) validate(fs *flagSet) error {
+	switch c.environment {
+	case "production", "staging", "development":
+	default:
+		return failf("--environment %q: use production, staging or development", c.environment)
+	}
+	if c.cgroup != "" {
+		return failf("--cgroup %s: kernel enforcement is not part of this build yet", c.cgroup)
+	}
+	if c.environment == "production" {
+		return failf("--environment production requires kernel enforcement (--cgroup), which this build does not have yet; use staging or development")
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, l := range []struct{ name, value string }{{"dns-addr", c.dnsAddr}, {"llm-addr", c.llmAddr}} {
+		if (given[l.name] || os.Getenv(envName(l.name)) != "") && l.value != "off" {
+			return failf("--%s %s: this listener is not part of this build yet; set it to off", l.name, l.value)
+		}
+	}
+	if c.proxyAddr == "off" {
+		return failf("--proxy-addr off: the explicit proxy is the only egress path in this build")
+	}
+	switch c.logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return failf("--log-level %q: use debug, info, warn or error", c.logLevel)
+	}
+	return nil
+}
+
+// sidecar is a running airlock: what serve started and must stop.
+type sidecar struct {
+	log     *logrus.Logger
+	audit   *audit.Logger
+	store   *policy.Store
+	proxy   *proxy.Proxy
+	admin   *http.Server
+	ready   chan struct{}
+	errs    chan error
+	serving int
+}
+
+func serve(ctx context.Context, cfg *runConfig, stderr io.Writer) error {
+	log := logrus.New()
+	log.SetOutput(stderr)
+	log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
+	lvl, _ := logrus.ParseLevel(cfg.logLevel)
+	log.SetLevel(lvl)
+
+	pol, err := policy.Load(cfg.policyFile)
+	if err != nil {
+		return loadErr(err)
+	}
+	al, err := audit.New(audit.Options{Sandbox: cfg.sandbox, Writer: stderr, File: cfg.auditLog, Keep: 256})
+	if err != nil {
+		return failf("open audit log: %v", err)
+	}
+	defer al.Close()
+
+	s, err := start(cfg, pol, log, al)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+
+	go s.watchPolicy(ctx, cfg.policyFile)
+	log.WithFields(logrus.Fields{
+		"proxy": cfg.proxyAddr, "admin": cfg.adminAddr, "policy": pol.Name(), "mode": pol.Mode(),
+		"sandbox": cfg.sandbox, "environment": cfg.environment, "state_dir": cfg.stateDir,
+	}).Info("airlock listening")
+	close(s.ready)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+		return nil
+	case err := <-s.errs:
+		return failf("%v", err)
+	}
+}
+
+// start builds every component and opens every listener; on any error it unwinds what it
+// already started.
+func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Logger) (s *sidecar, err error) {
+	ca, err := proxy.LoadOrCreateCA(cfg.stateDir, time.Now)
+	if err != nil {
+		return nil, failf("%v", err)
+	}
+	resolver, err := newResolver(cfg.upstreamDNS, pol)
+	if err != nil {
+		return nil, failf("%v", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	s = &sidecar{log: log, audit: al, store: policy.NewStore(cfg.policyFile, pol), ready: make(chan struct{}), errs: make(chan error, 4)}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+
+	proxyLn, err := net.Listen("tcp", cfg.proxyAddr)
+	if err != nil {
+		return nil, failf("--proxy-addr: %v", err)
+	}
+	var adminLn net.Listener
+	if cfg.adminAddr != "off" {
+		if adminLn, err = net.Listen("tcp", cfg.adminAddr); err != nil {
+			proxyLn.Close()
+			return nil, failf("--admin-addr: %v", err)
+		}
+	}
+	s.proxy, err = proxy.New(proxy.Config{
+		Policy:     s.store,
+		Resolver:   resolver,
+		Audit:      al,
+		Logger:     log,
+		Registerer: reg,
+		CA:         ca,
+		SelfAddrs:  listenerAddrs(proxyLn, adminLn),
+
+		MaxTunnels:            cfg.limits.MaxTunnels,
+		DialTimeout:           cfg.limits.DialTimeout,
+		IdleTimeout:           cfg.limits.IdleTimeout,
+		ResponseHeaderTimeout: cfg.limits.ResponseHeaderTimeout,
+		MaxHeaderBytes:        cfg.limits.MaxHeaderBytes,
+		MaxRequestBodyBytes:   cfg.limits.MaxRequestBodyBytes,
+	})
+	if err != nil {
+		proxyLn.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
+		return nil, failf("%v", err)
+	}
+	s.goServe("proxy", func() error { return s.proxy.Serve(proxyLn) })
+	if adminLn != nil {
+		s.admin = newAdminServer(reg, s.store, al, s.ready)
+		s.goServe("admin", func() error { return s.admin.Serve(adminLn) })
+	}
+	if cfg.transparentAddr != "off" {
+		log.WithField("transparent", cfg.transparentAddr).Info("transparent listener not started: it needs kernel enforcement (--cgroup) to learn original destinations")
+	}
+	return s, nil
+}
+
+// goServe runs a listener's serve loop; an unexpected end is reported on s.errs.
+func (s *sidecar) goServe(name string, serve func() error) {
+	s.serving++
+	go func() {
+		err := serve()
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			s.errs <- fmt.Errorf("%s listener: %w", name, err)
+		}
+	}()
+}
+
+// stop closes the listeners and waits (bounded) for open requests and tunnels.
+func (s *sidecar) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s.admin != nil {
+		_ = s.admin.Shutdown(ctx)
+	}
+	if s.proxy != nil {
+		if err := s.proxy.Shutdown(ctx); err != nil {
+			s.log.WithError(err).Warn("proxy shutdown did not finish cleanly")
+		}
+	}
+}
+
+// watchPolicy reloads the policy on SIGHUP and on file change, logging and auditing each
+// attempt; a failed reload keeps the previous policy.
+func (s *sidecar) watchPolicy(ctx context.Context, file string) {
+	report := func(p *policy.Policy, err error) {
+		ev := audit.Event{Kind: audit.KindPolicy, Destination: file}
+		if err != nil {
+			s.log.WithField("policy_file", file).WithField("error", err.Error()).Error("policy reload failed; keeping the previous policy")
+			ev.Decision, ev.Error, ev.Policy = audit.DecisionDeny, err.Error(), s.store.Current().Name()
+		} else {
+			s.log.WithFields(logrus.Fields{"policy": p.Name(), "mode": p.Mode()}).Info("policy reloaded")
+			ev.Decision, ev.Policy = audit.DecisionAllow, p.Name()
+		}
+		s.audit.Log(ev)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				report(s.store.Reload())
+			}
+		}
+	}()
+	if err := s.store.Watch(ctx, report); err != nil && ctx.Err() == nil {
+		s.log.WithError(err).Warn("policy file watch stopped; reload with SIGHUP")
+	}
+}
+
+// listenerAddrs lists the addresses of the sidecar's own listeners, which the proxy refuses
+// to connect to (no request may loop back into airlock).
+func listenerAddrs(ls ...net.Listener) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, l := range ls {
+		if l == nil {
+			continue
+		}
+		if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil {
+			out = append(out, ap)
+		}
+	}
+	return out
+}
+
+// newResolver returns the resolver the proxy uses: --upstream-dns, else the policy's
+// dns.upstreams, else the system's (/etc/resolv.conf).
+func newResolver(flagAddr string, pol *policy.Policy) (*net.Resolver, error) {
+	var upstreams []string
+	switch {
+	case flagAddr == "off":
+		return nil, errors.New("--upstream-dns off: the proxy needs a resolver")
+	case flagAddr != "":
+		upstreams = strings.Split(flagAddr, ",")
+	default:
+		upstreams = pol.DNS().Upstreams
+	}
+	if len(upstreams) == 0 {
+		return &net.Resolver{PreferGo: true}, nil
+	}
+	for i, u := range upstreams {
+		u = strings.TrimSpace(u)
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			u = net.JoinHostPort(u, "53")
+		}
+		if _, err := netip.ParseAddrPort(u); err != nil {
+			return nil, fmt.Errorf("upstream DNS %q: want ip:port", upstreams[i])
+		}
+		upstreams[i] = u
+	}
+	var d net.Dialer
+	return &net.Resolver{
+		PreferGo: true,
+		// Dial ignores the server the Go resolver picked from resolv.conf and asks ours, in
+		// order, so the sidecar never falls back to a resolver the operator did not name.
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var firstErr error
+			for _, u := range upstreams {
+				c, err := d.DialContext(ctx, network, u)
+				if err == nil {
+					return c, nil
+				}
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+			return nil, firstErr
+		},
+	}, nil
+}
