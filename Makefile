@@ -51,9 +51,15 @@ lint:
 generate:
 	$(GO) generate ./...
 
+# Every Fuzz* target of every package, one after the other (go test fuzzes one at a time).
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy/
-	$(GO) test -run='^$$' -fuzz=FuzzNormalizeHost -fuzztime=$(FUZZTIME) ./policy/
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/^func //'); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=0 $$pkg; \
+	  done; \
+	done
 
 clean:
 	rm -rf bin $(CACHE)
