@@ -1,0 +1,204 @@
+// Command bench is `make bench`: it measures airlock's proxied keep-alive request rate
+// against direct connections and against the proxies a user would run instead (Squid and
+// tinyproxy from Debian), in one run, and prints the ratios.
+//
+// Every leg sends the same small GET, over the same number of keep-alive connections, to the
+// same upstream: a Go net/http server the bench starts in a child process (this binary
+// re-executed with the "upstream-child" argument) so that its CPU is not mixed with the
+// bench's. The load comes from wrk (Debian package), or from a built-in Go generator when
+// asked with -loadgen=go. Each proxy runs with its policy/ACL and its audit or access log on,
+// alone on the machine during its leg. A leg with any error, any status ≥ 400, a response
+// that did not come from the upstream, or no audit trail is reported as invalid, never as a
+// speed.
+//
+// All traffic stays on 127.0.0.1. Every loop is bounded in time and count, and every child
+// process is stopped on exit, including on SIGINT and SIGTERM.
+//
+// This is a main package; nothing imports it. It reads the tree only to build ./cmd/airlock.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config holds the flags. The zero value is not meaningful; parseFlags fills every field.
+type config struct {
+	duration     time.Duration // measured time per target per round
+	rounds       int           // measured runs per target, interleaved across targets
+	warmup       time.Duration // unmeasured load per target before its first round; 0 = none
+	connections  int           // concurrent keep-alive connections
+	threads      int           // wrk threads
+	timeout      time.Duration // a response slower than this is an error
+	only         []string      // targets to run, in the canonical order
+	airlockBin   string        // prebuilt airlock binary; "" = go build ./cmd/airlock
+	loadgen      string        // "wrk" or "go"
+	squidWorkers int           // Squid "workers"; 1 runs it with -N, more in SMP mode
+	keep         bool          // keep the temporary directory with every log
+}
+
+const (
+	targetDirect  = "direct"
+	targetAirlock = "airlock"
+)
+
+// allTargets is the canonical run order.
+func allTargets() []string {
+	names := []string{targetDirect}
+	for _, p := range proxies() {
+		names = append(names, p.name)
+	}
+	return names
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	var only string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&c.duration, "duration", 3*time.Second, "measured `time` per target per round (whole seconds with wrk)")
+	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per target; targets take turns, and the report gives medians")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "unmeasured load per target before its first round (0 = none)")
+	fs.IntVar(&c.connections, "connections", 32, "concurrent keep-alive connections")
+	fs.IntVar(&c.threads, "threads", 2, "load generator threads (wrk -t)")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "a response slower than this counts as an error")
+	fs.StringVar(&only, "only", strings.Join(allTargets(), ","), "comma-separated `targets` to run")
+	fs.StringVar(&c.airlockBin, "airlock-bin", "", "use this airlock `binary` instead of building ./cmd/airlock")
+	fs.StringVar(&c.loadgen, "loadgen", "wrk", "load generator: wrk, or go (built-in fallback; figures not comparable with wrk's)")
+	fs.IntVar(&c.squidWorkers, "squid-workers", 1, "Squid worker processes (1 = Squid's default; more = SMP mode)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory with configs and logs")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case c.duration < time.Second || c.duration > 10*time.Minute:
+		return c, fmt.Errorf("-duration %s: use 1s to 10m", c.duration)
+	case c.rounds < 1 || c.rounds > 20:
+		return c, fmt.Errorf("-rounds %d: use 1 to 20", c.rounds)
+	case c.warmup < 0 || c.warmup > time.Minute:
+		return c, fmt.Errorf("-warmup %s: use 0 to 1m", c.warmup)
+	case c.connections < 1 || c.connections > 10000:
+		return c, fmt.Errorf("-connections %d: use 1 to 10000", c.connections)
+	case c.threads < 1 || c.threads > c.connections:
+		return c, fmt.Errorf("-threads %d: use 1 to -connections (%d)", c.threads, c.connections)
+	case c.timeout < time.Second:
+		return c, fmt.Errorf("-timeout %s: use at least 1s", c.timeout)
+	case c.squidWorkers < 1 || c.squidWorkers > 64:
+		return c, fmt.Errorf("-squid-workers %d: use 1 to 64", c.squidWorkers)
+	case c.loadgen != "wrk" && c.loadgen != "go":
+		return c, fmt.Errorf("-loadgen %q: use %q or %q", c.loadgen, "wrk", "go")
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(only, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !slices.Contains(allTargets(), n) {
+			return c, fmt.Errorf("-only: unknown target %q: use some of %s", n, strings.Join(allTargets(), ","))
+		}
+		want[n] = true
+	}
+	for _, n := range allTargets() {
+		if want[n] {
+			c.only = append(c.only, n)
+		}
+	}
+	if len(c.only) == 0 {
+		return c, errors.New("-only: name at least one target")
+	}
+	return c, nil
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == upstreamRole {
+		os.Exit(runUpstreamChild())
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole bench; it returns the exit code: 0 when every leg measured validly,
+// 1 when one failed or was invalid, 2 on bad flags, 130 when interrupted.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	gen, err := pickGenerator(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	root, err := os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	// The proxies drop to user "proxy" and must reach their own subdirectories.
+	os.Chmod(root, 0o755)
+	if cfg.keep {
+		defer fmt.Fprintf(stderr, "bench: configs and logs kept in %s\n", root)
+	} else {
+		defer os.RemoveAll(root)
+	}
+
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "bench: "+format+"\n", a...)
+	}
+	up, err := startUpstream(ctx, root)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: start upstream: %v\n", err)
+		return 1
+	}
+	defer up.p.stop()
+	e := &env{cfg: cfg, upstream: up, progress: progress}
+
+	legs := runLegs(ctx, e, gen)
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "bench: interrupted; every child process stopped")
+		return 130
+	}
+	printReport(stdout, cfg, gen, e, legs)
+	for _, l := range legs {
+		if l.problem != "" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// pickGenerator returns wrk, or says exactly how to install it.
+func pickGenerator(cfg config) (generator, error) {
+	if cfg.loadgen == "go" {
+		return goGenerator{}, nil
+	}
+	path, err := exec.LookPath("wrk")
+	if err != nil {
+		return nil, errors.New("wrk not found; install it with:\n\n    apt-get install -y wrk\n\n" +
+			"or, if it cannot be installed, run with -loadgen=go (a slower built-in generator whose figures are not comparable with wrk's)")
+	}
+	return wrkGenerator{path: path}, nil
+}
