@@ -3,9 +3,11 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -35,6 +37,9 @@ func TestLogWritesOneJSONLinePerEvent(t *testing.T) {
 	}
 	l.Log(Event{Kind: KindHTTP, Decision: DecisionDeny, Rule: "r", Reason: "no_rule", Destination: "evil.test:443", Status: 403})
 	l.Log(Event{Kind: KindConnect, Decision: DecisionReport, Sandbox: "other", BytesUp: 10, BytesDown: 20, Duration: 1500 * time.Microsecond})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	lines := decodeLines(t, buf.Bytes())
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines, want 2: %s", len(lines), buf.String())
@@ -111,6 +116,7 @@ func TestRecentKeepsNewestFirst(t *testing.T) {
 	if got := len(l.Recent()); got != 0 {
 		t.Fatalf("empty: got %d events", got)
 	}
+	defer l.Close()
 	for _, r := range []string{"a", "b", "c", "d", "e"} {
 		l.Log(Event{Kind: KindHTTP, Decision: DecisionAllow, Rule: r})
 	}
@@ -121,4 +127,97 @@ func TestRecentKeepsNewestFirst(t *testing.T) {
 	if strings.Join(got, ",") != "e,d,c" {
 		t.Errorf("got %v, want [e d c]", got)
 	}
+}
+
+func TestHostileStringsStayInsideTheirField(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := New(Options{Writer: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := []string{
+		"/a\n{\"decision\":\"allow\"}",
+		"/\"},\"decision\":\"allow",
+		"/\x00\x1f\u2028\u2029",
+		"/bad-utf8-\xff\xfe",
+		"/back\\slash\ttab\rcr",
+	}
+	for _, p := range hostile {
+		l.Log(Event{Kind: KindHTTP, Decision: DecisionDeny, Path: p})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := decodeLines(t, buf.Bytes())
+	if len(lines) != len(hostile) {
+		t.Fatalf("got %d lines, want %d: a hostile path split or merged lines", len(lines), len(hostile))
+	}
+	for i, m := range lines {
+		want := string([]rune(hostile[i])) // each invalid byte becomes U+FFFD, as encoding/json does
+		if m["path"] != want || m["decision"] != "deny" {
+			t.Errorf("line %d: got path %q decision %v, want %q deny", i, m["path"], m["decision"], want)
+		}
+	}
+}
+
+func TestConcurrentEventsAreWholeLines(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := New(Options{Writer: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 500
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				l.Log(Event{Kind: KindHTTP, Decision: DecisionAllow, Path: strings.Repeat("x", i)})
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(decodeLines(t, buf.Bytes())); got != writers*each {
+		t.Errorf("got %d lines, want %d", got, writers*each)
+	}
+	l.Log(Event{Kind: KindHTTP}) // after Close: dropped, must not panic or block
+}
+
+// failingWriter fails every write.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestCloseReportsWriteErrors(t *testing.T) {
+	l, err := New(Options{Writer: failingWriter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(Event{Kind: KindHTTP})
+	if err := l.Close(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("Close: got %v, want the write error", err)
+	}
+}
+
+func FuzzEventLine(f *testing.F) {
+	for _, s := range []string{"", "/a", "\x00", "\\\"", "\u2028", "\xff"} {
+		f.Add(s, s)
+	}
+	f.Fuzz(func(t *testing.T, path, detail string) {
+		line := Event{Kind: KindHTTP, Decision: DecisionDeny, Path: path, Detail: detail, Secrets: []string{detail}}.appendJSON(nil)
+		if bytes.Count(line, []byte("\n")) != 1 || line[len(line)-1] != '\n' {
+			t.Fatalf("not exactly one line: %q", line)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("not JSON: %v: %q", err, line)
+		}
+		if path != "" && m["path"] != string([]rune(path)) {
+			t.Errorf("path: got %q, want %q", m["path"], path)
+		}
+	})
 }

@@ -1,0 +1,150 @@
+package audit
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// appendJSON appends e as one JSON line (with the trailing newline). Optional fields are left
+// out when zero; bytes_up, bytes_down and would_deny are always present.
+func (e Event) appendJSON(b []byte) []byte {
+	b = append(b, `{"time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	b = appendField(b, "sandbox", e.Sandbox, true)
+	b = appendField(b, "kind", string(e.Kind), true)
+	b = appendField(b, "decision", e.Decision, true)
+	b = append(b, `,"would_deny":`...)
+	b = strconv.AppendBool(b, e.Decision == DecisionReport)
+	b = appendField(b, "rule", e.Rule, true)
+	b = appendField(b, "reason", e.Reason, false)
+	b = appendField(b, "detail", e.Detail, false)
+	b = appendField(b, "destination", e.Destination, false)
+	b = appendField(b, "addr", e.Addr, false)
+	b = appendField(b, "method", e.Method, false)
+	b = appendField(b, "path", e.Path, false)
+	if e.Status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(e.Status), 10)
+	}
+	b = append(b, `,"bytes_up":`...)
+	b = strconv.AppendInt(b, e.BytesUp, 10)
+	b = append(b, `,"bytes_down":`...)
+	b = strconv.AppendInt(b, e.BytesDown, 10)
+	if e.Duration != 0 {
+		b = append(b, `,"duration_ms":`...)
+		b = strconv.AppendFloat(b, durationMS(e.Duration), 'f', -1, 64)
+	}
+	if len(e.Secrets) > 0 {
+		b = append(b, `,"secrets":[`...)
+		for i, s := range e.Secrets {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, s)
+		}
+		b = append(b, ']')
+	}
+	b = appendField(b, "client", e.Client, false)
+	b = appendField(b, "policy", e.Policy, false)
+	b = appendField(b, "error", e.Error, false)
+	return append(b, `,"level":"info","msg":"audit"}`+"\n"...)
+}
+
+// object is e as the map a JSON decoder would make of its line (for /v1/decisions).
+func (e Event) object() map[string]any {
+	m := map[string]any{
+		"time":       e.Time.UTC().Format(time.RFC3339Nano),
+		"sandbox":    e.Sandbox,
+		"kind":       string(e.Kind),
+		"decision":   e.Decision,
+		"would_deny": e.Decision == DecisionReport,
+		"rule":       e.Rule,
+		"bytes_up":   e.BytesUp,
+		"bytes_down": e.BytesDown,
+	}
+	for k, v := range map[string]string{"reason": e.Reason, "detail": e.Detail, "destination": e.Destination,
+		"addr": e.Addr, "method": e.Method, "path": e.Path, "client": e.Client, "policy": e.Policy, "error": e.Error} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if e.Status != 0 {
+		m["status"] = e.Status
+	}
+	if e.Duration != 0 {
+		m["duration_ms"] = durationMS(e.Duration)
+	}
+	if len(e.Secrets) > 0 {
+		m["secrets"] = e.Secrets
+	}
+	return m
+}
+
+func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// appendField appends `,"key":"value"`; with always false an empty value is left out.
+func appendField(b []byte, key, value string, always bool) []byte {
+	if value == "" && !always {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return appendString(b, value)
+}
+
+const hex = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Control characters, quotes and backslashes are
+// escaped, invalid UTF-8 becomes U+FFFD, and U+2028/U+2029 are escaped so a line is safe to
+// embed in JavaScript too (as encoding/json does). Paths and hosts come from the sandbox,
+// so this is what keeps a hostile request from forging or breaking audit lines.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
