@@ -125,7 +125,10 @@ const (
 type headConn struct {
 	net.Conn
 	max int    // the largest head it reads (net/http's MaxHeaderBytes plus its 4 KiB slack)
-	buf []byte // bytes read from Conn and not yet handed out; nil when empty
+	buf []byte // bytes read from Conn and not yet handed out
+	// store is buf's reusable backing array: a keep-alive connection reads every head into
+	// the same memory instead of allocating per request.
+	store []byte
 	err error  // a read error to return once buf is drained
 
 	// mu guards mode, left and heads: handlers pop heads while a background read may be
@@ -173,7 +176,7 @@ func (c *headConn) readBuffered(p []byte) (int, error) {
 	if len(c.buf) > 0 {
 		n := copy(p, c.buf)
 		if c.buf = c.buf[n:]; len(c.buf) == 0 {
-			c.buf = nil
+			c.buf = c.store[:0]
 		}
 		return n, nil
 	}
@@ -207,9 +210,7 @@ func (c *headConn) readHead() error {
 			return nil
 		}
 		if cap(c.buf)-len(c.buf) == 0 {
-			grown := make([]byte, len(c.buf), min(max(2*cap(c.buf), 4096), c.max))
-			copy(grown, c.buf)
-			c.buf = grown
+			c.buf = c.room()
 		}
 		n, err := c.Conn.Read(c.buf[len(c.buf):cap(c.buf)])
 		c.buf = c.buf[:len(c.buf)+n]
@@ -222,6 +223,18 @@ func (c *headConn) readHead() error {
 			return nil
 		}
 	}
+}
+
+// room returns buf's bytes with free capacity after them: moved to the front of store when
+// they leave room there, else in a store twice as large (up to max).
+func (c *headConn) room() []byte {
+	if len(c.buf) < cap(c.store) {
+		return c.store[:copy(c.store[:cap(c.store)], c.buf)]
+	}
+	grown := make([]byte, len(c.buf), min(max(2*cap(c.store), 4096), c.max))
+	copy(grown, c.buf)
+	c.store = grown
+	return grown
 }
 
 // push queues a parsed head of size bytes and frames what follows it.

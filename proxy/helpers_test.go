@@ -275,6 +275,7 @@ func newHarness(t testing.TB, pol *policy.Policy, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = al.Close() }) // runs after the proxy's cleanup: events are flushed
 	cfg := Config{Policy: h.src, CA: ca, Audit: al, Resolver: h.res, UpstreamRoots: h.upstream.pool,
 		Registerer: h.reg, DialTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second}
 	for _, o := range opts {
