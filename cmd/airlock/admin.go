@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,8 @@ import (
 //	/readyz        200 once every listener is up and a policy is loaded, else 503
 //	/metrics       Prometheus metrics
 //	/v1/decisions  the most recent audit events, newest first (JSON)
-func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Logger, ready <-chan struct{}) *http.Server {
+//	/debug/pprof/  Go profiles, only with withPprof (--admin-pprof)
+func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Logger, ready <-chan struct{}, withPprof bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -40,5 +42,11 @@ func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Log
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"decisions": al.Recent()})
 	})
+	if withPprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
