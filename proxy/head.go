@@ -129,7 +129,7 @@ type headConn struct {
 	// store is buf's reusable backing array: a keep-alive connection reads every head into
 	// the same memory instead of allocating per request.
 	store []byte
-	err error  // a read error to return once buf is drained
+	err   error // a read error to return once buf is drained
 
 	// mu guards mode, left and heads: handlers pop heads while a background read may be
 	// parsing the next one.
