@@ -15,20 +15,7 @@ const caUsage = `Usage: airlock ca export [--state-dir DIR]
 `
 
 func caCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, caUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "export":
-		return caExport(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, caUsage)
-		return nil
-	}
-	fmt.Fprintf(stderr, "airlock ca: unknown subcommand %q\n", args[0])
-	fmt.Fprint(stderr, caUsage)
-	return errUsage
+	return dispatch("ca", caUsage, map[string]runFunc{"export": caExport}, args, stdout, stderr)
 }
 
 func caExport(args []string, stdout, stderr io.Writer) error {

@@ -24,11 +24,34 @@ func (e *exitError) Error() string { return e.msg }
 // errUsage signals that usage was already printed and the exit code is 2.
 var errUsage = &exitError{code: 2}
 
+// runFunc runs a (sub)command with its arguments.
+type runFunc func(args []string, stdout, stderr io.Writer) error
+
 // command is one subcommand.
 type command struct {
 	name    string
 	summary string
-	run     func(args []string, stdout, stderr io.Writer) error
+	run     runFunc
+}
+
+// dispatch runs the subcommand of a command group ("airlock policy check ...") named by
+// args[0], or prints the group's usage.
+func dispatch(group, usage string, subs map[string]runFunc, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	if run, ok := subs[args[0]]; ok {
+		return run(args[1:], stdout, stderr)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "airlock %s: unknown subcommand %q\n", group, args[0])
+	fmt.Fprint(stderr, usage)
+	return errUsage
 }
 
 func commands() []command {

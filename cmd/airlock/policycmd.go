@@ -24,24 +24,9 @@ const policyUsage = `Usage: airlock policy <check|explain|test> [flags] FILE...
 `
 
 func policyCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, policyUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "check":
-		return policyCheck(args[1:], stdout, stderr)
-	case "explain":
-		return policyExplain(args[1:], stdout, stderr)
-	case "test":
-		return policyTest(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, policyUsage)
-		return nil
-	}
-	fmt.Fprintf(stderr, "airlock policy: unknown subcommand %q\n", args[0])
-	fmt.Fprint(stderr, policyUsage)
-	return errUsage
+	return dispatch("policy", policyUsage, map[string]runFunc{
+		"check": policyCheck, "explain": policyExplain, "test": policyTest,
+	}, args, stdout, stderr)
 }
 
 // loadErr turns a policy load error into an exit-1 error whose message is one
