@@ -113,6 +113,21 @@ func TestDeniedHost(t *testing.T) {
 		if e.Rule != "" {
 			t.Errorf("audit rule: got %q, want none", e.Rule)
 		}
+		// The admin listener serves the same event among the recent decisions.
+		code, body := a.AdminGet(t, "/v1/decisions")
+		var recent struct {
+			Decisions []map[string]any `json:"decisions"`
+		}
+		if err := json.Unmarshal([]byte(body), &recent); code != 200 || err != nil {
+			t.Fatalf("/v1/decisions: %d %v: %s", code, err, body)
+		}
+		found := false
+		for _, d := range recent.Decisions {
+			found = found || d["path"] == "/deny-curl" && d["decision"] == "deny" && d["reason"] == "no_rule"
+		}
+		if !found {
+			t.Errorf("/v1/decisions does not list the denial of /deny-curl: %s", body)
+		}
 	})
 	t.Run("go http", func(t *testing.T) {
 		resp, body := get(t, a.Client(t, nil), "http://denied.test/deny-go")
