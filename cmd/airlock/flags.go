@@ -29,7 +29,7 @@ func newFlagSet(name, usageLine, long string, stderr io.Writer) *flagSet {
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprintf(w, "\nFlags:\n")
-			fs.PrintDefaults()
+			fs.printFlags(w)
 		}
 	}
 	return fs
@@ -107,4 +107,21 @@ func defaultStateDir() string {
 		return filepath.Join(home, ".local", "state", "airlock")
 	}
 	return filepath.Join(os.TempDir(), "airlock-state")
+}
+
+// printFlags lists the flags GNU-style (--name), as the README and examples write them, with
+// their default when it is not the zero value.
+func (fs *flagSet) printFlags(w io.Writer) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		fmt.Fprintf(w, "%s\n      %s", line, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
 }
