@@ -2,7 +2,10 @@ package main
 
 import (
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -80,8 +83,10 @@ func TestParseFlags(t *testing.T) {
 		wantOnly []string
 		wantErr  bool
 	}{
-		{"defaults", nil, []string{"direct", "airlock", "squid", "tinyproxy"}, false},
+		{"defaults", nil, []string{"direct", "airlock", "squid", "tinyproxy", "go-nethttp"}, false},
 		{"only keeps canonical order", []string{"-only", "squid,airlock"}, []string{"airlock", "squid"}, false},
+		{"only with the reference", []string{"-only=go-nethttp, airlock,squid"}, []string{"airlock", "squid", "go-nethttp"}, false},
+		{"reference spelled with a slash", []string{"-only", "go-net/http"}, nil, true},
 		{"unknown target", []string{"-only", "nginx"}, nil, true},
 		{"threads above connections", []string{"-connections", "2", "-threads", "4"}, nil, true},
 		{"sub-second duration", []string{"-duration", "500ms"}, nil, true},
@@ -97,5 +102,74 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("got only %v, want %v", c.only, tc.wantOnly)
 			}
 		})
+	}
+}
+
+func TestNetHTTPProxy(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Connection") != "" || r.Header.Get("X-Hop") != "" {
+			t.Errorf("upstream got hop-by-hop headers: %v", r.Header)
+		}
+		w.Header().Set("Connection", "X-Resp-Hop")
+		w.Header().Set("X-Resp-Hop", "1")
+		w.Header().Set("X-End", "1")
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, upstreamBody)
+	}))
+	defer up.Close()
+	tr := &http.Transport{Proxy: nil}
+	defer tr.CloseIdleConnections()
+	px := &netHTTPProxy{transport: tr}
+	host := strings.TrimPrefix(up.URL, "http://")
+
+	req := httptest.NewRequest(http.MethodGet, up.URL+"/", nil)
+	req.Header.Set("Proxy-Connection", "keep-alive")
+	req.Header.Set("Connection", "X-Hop")
+	req.Header.Set("X-Hop", "1")
+	rec := httptest.NewRecorder()
+	px.ServeHTTP(rec, req)
+	if rec.Code != http.StatusTeapot || rec.Body.String() != upstreamBody {
+		t.Errorf("absolute-form: got %d %q, want the upstream's %d %q", rec.Code, rec.Body, http.StatusTeapot, upstreamBody)
+	}
+	if rec.Header().Get("X-End") != "1" || rec.Header().Get("X-Resp-Hop") != "" || rec.Header().Get("Connection") != "" {
+		t.Errorf("response headers: got %v, want X-End only", rec.Header())
+	}
+	if req.Header.Get("X-Hop") == "" {
+		t.Error("the handler modified the server's request headers")
+	}
+
+	for _, tc := range []struct{ name, method, target string }{
+		{"origin-form", http.MethodGet, "/"},
+		{"https", http.MethodGet, "https://" + host + "/"},
+		{"connect", http.MethodConnect, host},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(tc.method, tc.target, nil)
+			if tc.method == http.MethodConnect {
+				req.URL.Scheme, req.URL.Host = "", host // as the server parses authority-form
+			}
+			rec := httptest.NewRecorder()
+			px.ServeHTTP(rec, req)
+			if rec.Code != http.StatusBadRequest {
+				t.Errorf("got %d, want 400", rec.Code)
+			}
+		})
+	}
+}
+
+func TestReferenceHasNoAuditCheck(t *testing.T) {
+	if !isReference(targetNetHTTP) || isReference(targetAirlock) || isReference("squid") {
+		t.Fatal("only go-nethttp is a reference leg")
+	}
+	if got := auditCell(&leg{name: targetNetHTTP}); got != "n/a (reference)" {
+		t.Errorf("audit cell: got %q", got)
+	}
+	stopped := &proc{done: make(chan struct{})}
+	close(stopped.done)
+	stopped.stopOnce.Do(func() {}) // nothing to signal
+	lg := &leg{name: targetNetHTTP, pr: &proxyRun{p: stopped}, rounds: []round{{}}}
+	finish(lg, &env{progress: func(string, ...any) {}})
+	if lg.problem != "" || lg.audit != nil {
+		t.Errorf("finish: got problem %q, audit %v; want neither", lg.problem, lg.audit)
 	}
 }

@@ -151,7 +151,7 @@ func measure(ctx context.Context, e *env, gen generator, lg *leg, n int, dir str
 		rd.reconnects = min(rd.res.errs.read, rd.res.requests+int64(lg.load.connections))
 		rd.res.errs.read -= rd.reconnects
 	}
-	e.progress("round %d/%d: %-9s %8.0f req/s  p50 %s  p99 %s  errors %d",
+	e.progress("round %d/%d: %-10s %8.0f req/s  p50 %s  p99 %s  errors %d",
 		n+1, e.cfg.rounds, lg.name, rd.res.rps(), ms(rd.res.p50), ms(rd.res.p99), rd.res.errs.total())
 	switch {
 	case rd.res.requests == 0:
@@ -168,12 +168,13 @@ func measure(ctx context.Context, e *env, gen generator, lg *leg, n int, dir str
 
 // finish stops the proxy — its audit trail is complete only then (Squid's log daemon,
 // airlock's file) — and checks that audit was on and that the bench's requests were allowed.
+// A reference leg (go-nethttp) has no audit trail and skips that check.
 func finish(lg *leg, e *env) {
 	if lg.pr == nil {
 		return
 	}
 	lg.pr.p.stop()
-	if len(lg.rounds) == 0 {
+	if len(lg.rounds) == 0 || isReference(lg.name) || lg.pr.audit == nil {
 		return
 	}
 	st, err := lg.pr.audit()

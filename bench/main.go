@@ -11,6 +11,11 @@
 // that did not come from the upstream, or no audit trail is reported as invalid, never as a
 // speed.
 //
+// One more leg, go-nethttp, is a reference rather than a competitor: the thinnest forwarding
+// proxy Go's net/http allows (this binary re-executed with "nethttp-proxy-child"), with no
+// policy and no audit. It shows the ceiling of any net/http-based proxy, airlock included,
+// on the machine; every check but the audit one applies to it.
+//
 // All traffic stays on 127.0.0.1. Every loop is bounded in time and count, and every child
 // process is stopped on exit, including on SIGINT and SIGTERM.
 //
@@ -78,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.squidWorkers, "squid-workers", 1, "Squid worker processes (1 = Squid's default; more = SMP mode)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory with configs and logs")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy, next to a bare\nnet/http forwarder (go-nethttp) as the reference.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -127,8 +132,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == upstreamRole {
-		os.Exit(runUpstreamChild())
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case upstreamRole:
+			os.Exit(runUpstreamChild())
+		case nethttpRole:
+			os.Exit(runNetHTTPProxyChild())
+		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -22,17 +22,17 @@ const squidTargetRatio = 2.0
 // printReport prints the machine facts, one table and the ratios.
 func printReport(w io.Writer, cfg config, gen generator, e *env, legs []*leg) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "airlock bench — proxied keep-alive HTTP/1.1 GET, policy and audit on")
+	fmt.Fprintln(w, "airlock bench — proxied keep-alive HTTP/1.1 GET, policy and audit on (except the go-nethttp reference)")
 	for _, f := range machineFacts(gen, legs, e) {
-		fmt.Fprintf(w, "  %-10s %s\n", f[0]+":", f[1])
+		fmt.Fprintf(w, "  %-11s %s\n", f[0]+":", f[1])
 	}
 	threads := fmt.Sprintf("%d threads", cfg.threads)
 	if _, ok := gen.(goGenerator); ok {
 		threads = "one goroutine each"
 	}
-	fmt.Fprintf(w, "  %-10s %d connections, %s; %d rounds of %s per target, taking turns, after a %s warm-up; timeout %s\n",
+	fmt.Fprintf(w, "  %-11s %d connections, %s; %d rounds of %s per target, taking turns, after a %s warm-up; timeout %s\n",
 		"load:", cfg.connections, threads, cfg.rounds, cfg.duration, cfg.warmup, cfg.timeout)
-	fmt.Fprintf(w, "  %-10s Go net/http in its own process, %d-byte body; all traffic on 127.0.0.1\n", "upstream:", len(upstreamBody))
+	fmt.Fprintf(w, "  %-11s Go net/http in its own process, %d-byte body; all traffic on 127.0.0.1\n", "upstream:", len(upstreamBody))
 	fmt.Fprintln(w)
 
 	byName := map[string]*leg{}
@@ -69,6 +69,9 @@ func printReport(w io.Writer, cfg config, gen generator, e *env, legs []*leg) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(req/s and ratios are medians over rounds; p50/p99 from the median round; proxy CPU counts the proxy and its child processes)")
+	if byName[targetNetHTTP] != nil {
+		fmt.Fprintf(w, "(%s is the reference leg: a bare net/http forwarder with no policy or audit, the ceiling of a net/http-based proxy on this machine; GOGC default 100, where airlock runs with GC target 400)\n", targetNetHTTP)
+	}
 
 	var notes []string
 	for _, l := range legs {
@@ -115,6 +118,9 @@ func printReport(w io.Writer, cfg config, gen generator, e *env, legs []*leg) {
 }
 
 func auditCell(l *leg) string {
+	if isReference(l.name) {
+		return "n/a (reference)"
+	}
 	if l.audit == nil {
 		return "-"
 	}
@@ -184,6 +190,9 @@ func machineFacts(gen generator, legs []*leg, e *env) [][2]string {
 			if p, err := findBinary("tinyproxy", "tinyproxy"); err == nil {
 				facts = append(facts, [2]string{"tinyproxy", cmdFirstLine(p, "-v")})
 			}
+		case targetNetHTTP:
+			facts = append(facts, [2]string{targetNetHTTP, "reference: this binary as a bare net/http forwarder " +
+				"(http.Transport, MaxIdleConnsPerHost 256; no policy, audit or SSRF guard; GOGC default)"})
 		}
 	}
 	return facts

@@ -31,7 +31,8 @@ type env struct {
 type proxyRun struct {
 	addr string
 	p    *proc
-	// audit reads the proxy's audit trail after it stopped and proves audit was on.
+	// audit reads the proxy's audit trail after it stopped and proves audit was on; nil for
+	// a reference leg, which has none.
 	audit func() (auditStats, error)
 }
 
@@ -46,15 +47,29 @@ type auditStats struct {
 type proxy struct {
 	name  string
 	start func(ctx context.Context, e *env, dir string) (*proxyRun, error)
+	// reference marks a leg that is a yardstick, not a competitor: it has no policy and no
+	// audit trail (its proxyRun.audit is nil), so the audit check does not apply to it.
+	reference bool
 }
 
 // proxies lists the proxied targets in the order they run.
 func proxies() []proxy {
 	return []proxy{
-		{"airlock", startAirlock},
-		{"squid", startSquid},
-		{"tinyproxy", startTinyproxy},
+		{name: "airlock", start: startAirlock},
+		{name: "squid", start: startSquid},
+		{name: "tinyproxy", start: startTinyproxy},
+		{name: targetNetHTTP, start: startNetHTTP, reference: true},
 	}
+}
+
+// isReference reports whether the named target is a reference leg.
+func isReference(name string) bool {
+	for _, p := range proxies() {
+		if p.name == name {
+			return p.reference
+		}
+	}
+	return false
 }
 
 // ---- airlock ----------------------------------------------------------------------------

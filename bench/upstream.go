@@ -72,29 +72,45 @@ type upstream struct {
 // startUpstream re-executes this binary as the upstream server, in its own process so its
 // CPU is not mixed with the bench's (and, for the Go load generator, with the load).
 func startUpstream(ctx context.Context, dir string) (*upstream, error) {
+	p, addr, err := startSelf(ctx, "upstream", upstreamRole, nil, filepath.Join(dir, "upstream.log"))
+	if err != nil {
+		return nil, err
+	}
+	return &upstream{addr: addr, p: p, client: &http.Client{
+		Transport: &http.Transport{Proxy: nil},
+		Timeout:   5 * time.Second,
+	}}, nil
+}
+
+// startSelf re-executes this binary with role as its only argument (and environ as its
+// environment; nil inherits the bench's). The child prints "listening ADDR" on stdout and
+// exits when its stdin reaches EOF, which stop causes by closing it. startSelf returns
+// once ADDR accepts connections.
+func startSelf(ctx context.Context, name, role string, environ []string, logPath string) (*proc, string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find own executable: %w", err)
+		return nil, "", fmt.Errorf("find own executable: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer outR.Close()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		outW.Close()
-		return nil, err
+		return nil, "", err
 	}
-	cmd := exec.Command(self, upstreamRole)
+	cmd := exec.Command(self, role)
+	cmd.Env = environ
 	cmd.Stdout = outW
 	cmd.Stdin = inR
-	p, err := startProc("upstream", cmd, filepath.Join(dir, "upstream.log"))
+	p, err := startProc(name, cmd, logPath)
 	outW.Close()
 	inR.Close()
 	if err != nil {
 		inW.Close()
-		return nil, err
+		return nil, "", err
 	}
 	p.onStop = append(p.onStop, func() { inW.Close() })
 
@@ -103,17 +119,13 @@ func startUpstream(ctx context.Context, dir string) (*upstream, error) {
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
 	if err != nil || !ok {
 		p.stop()
-		return nil, fmt.Errorf("upstream did not report its address (%v, %q); log:\n%s", err, line, indent(p.logTail(10)))
+		return nil, "", fmt.Errorf("%s did not report its address (%v, %q); log:\n%s", name, err, line, indent(p.logTail(10)))
 	}
-	u := &upstream{addr: addr, p: p, client: &http.Client{
-		Transport: &http.Transport{Proxy: nil},
-		Timeout:   5 * time.Second,
-	}}
 	if err := waitReady(ctx, p, 10*time.Second, dialCheck(addr)); err != nil {
 		p.stop()
-		return nil, err
+		return nil, "", err
 	}
-	return u, nil
+	return p, addr, nil
 }
 
 // served returns how many benchmark requests the upstream has answered so far.
