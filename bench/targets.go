@@ -308,15 +308,8 @@ func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 	if e.cfg.squidWorkers > 1 {
 		mode = "--foreground"
 	}
-	cmd := exec.Command(bin, mode, "-d1", "-f", conf)
-	cmd.Dir = dir
-	cmd.Env = withoutProxyEnv(os.Environ())
-	p, err := startProc("squid", cmd, filepath.Join(dir, "squid.out"))
+	p, err := startListening(ctx, "squid", exec.Command(bin, mode, "-d1", "-f", conf), dir, addr)
 	if err != nil {
-		return nil, err
-	}
-	if err := waitReady(ctx, p, 30*time.Second, dialCheck(addr)); err != nil {
-		p.stop()
 		return nil, err
 	}
 	return &proxyRun{addr: addr, p: p, audit: func() (auditStats, error) {
@@ -360,15 +353,8 @@ func startTinyproxy(ctx context.Context, e *env, dir string) (*proxyRun, error) 
 		return nil, err
 	}
 	// -d: foreground.
-	cmd := exec.Command(bin, "-d", "-c", conf)
-	cmd.Dir = dir
-	cmd.Env = withoutProxyEnv(os.Environ())
-	p, err := startProc("tinyproxy", cmd, filepath.Join(dir, "tinyproxy.out"))
+	p, err := startListening(ctx, "tinyproxy", exec.Command(bin, "-d", "-c", conf), dir, addr)
 	if err != nil {
-		return nil, err
-	}
-	if err := waitReady(ctx, p, 30*time.Second, dialCheck(addr)); err != nil {
-		p.stop()
 		return nil, err
 	}
 	return &proxyRun{addr: addr, p: p, audit: func() (auditStats, error) {
@@ -377,6 +363,22 @@ func startTinyproxy(ctx context.Context, e *env, dir string) (*proxyRun, error) 
 }
 
 // ---- shared -----------------------------------------------------------------------------
+
+// startListening starts a third-party proxy in dir, without the bench's proxy environment,
+// logging to dir/NAME.out, and waits until addr accepts connections.
+func startListening(ctx context.Context, name string, cmd *exec.Cmd, dir, addr string) (*proc, error) {
+	cmd.Dir = dir
+	cmd.Env = withoutProxyEnv(os.Environ())
+	p, err := startProc(name, cmd, filepath.Join(dir, name+".out"))
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, p, 30*time.Second, dialCheck(addr)); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
 
 // dropPrivileges returns the config line that makes a proxy started as root drop to the
 // Debian "proxy" user (as its packaged service does), after giving that user dir. As any
