@@ -623,3 +623,32 @@ func TestPolicyCheckUnknownField(t *testing.T) {
 		t.Errorf("policy check on a valid policy: %v\n%s", err, out)
 	}
 }
+
+// TestIPv6 reaches an upstream that has only an IPv6 address (2001:db8::/32 counts as
+// public) and refuses a name whose AAAA record is a NAT64 form of loopback.
+func TestIPv6(t *testing.T) {
+	const policy = `apiVersion: airlock/v1
+kind: EgressPolicy
+metadata:
+  name: e2e-v6
+spec:
+  egress:
+    - name: v6
+      hosts: ["v6.test", "nat64.test"]
+      ports: [80]
+`
+	w, a := setup(t, policy)
+	v6 := netip.MustParseAddr("2001:db8::10")
+	up := w.AddUpstream(t, v6, "v6.test")
+	w.DNS.Set("nat64.test", testnet.DefaultTTL, netip.MustParseAddr("64:ff9b::7f00:1"))
+
+	resp, body := get(t, a.Client(t, nil), "http://v6.test/six")
+	if want := testnet.ResponseBody(up.Addr, 80, "v6.test", "GET", "/six"); resp.StatusCode != 200 || body != want {
+		t.Fatalf("v6.test: got %d %q, want 200 %q", resp.StatusCode, body, want)
+	}
+	e := a.WaitEvent(t, "v6 allow event", httpEvent("v6.test:80", "/six"))
+	checkEvent(t, e, testnet.AuditEvent{Decision: "allow", Rule: "v6", Addr: "[2001:db8::10]:80"})
+
+	r := curlProxy(t, w, a, "http://nat64.test/loop")
+	checkDenial(t, r.Code, r.Header, r.Body, "nat64.test", 80, "v6", "internal_address")
+}

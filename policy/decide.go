@@ -208,6 +208,19 @@ func (p *Policy) CheckAddr(host string, port int, addr netip.Addr) Decision {
 	return p.applyMode(p.checkAddr(host, port, addr))
 }
 
+// describeClass names a's class for a Detail; an embedding IPv6 form also names the IPv4
+// address it carries and that address's class, so the reader sees what it would reach.
+func describeClass(a netip.Addr) string {
+	class := ClassifyAddr(a)
+	if class != AddrEmbedded {
+		return class.String()
+	}
+	if v4, ok := embeddedIPv4(a); ok {
+		return fmt.Sprintf("an IPv6 form embedding %s (%s)", v4, ClassifyAddr(v4))
+	}
+	return class.String()
+}
+
 func (p *Policy) checkAddr(host string, port int, addr netip.Addr) Decision {
 	d := Decision{Host: host, Port: port}
 	if h, err := NormalizeHost(host); err == nil {
@@ -217,11 +230,11 @@ func (p *Policy) checkAddr(host string, port int, addr netip.Addr) Decision {
 		return deny(d, ReasonInternalAddress, nil, "no address to check for %q", host)
 	}
 	a := addr.WithZone("").Unmap()
-	class := ClassifyAddr(a)
-	if class == AddrPublic {
+	if ClassifyAddr(a) == AddrPublic {
 		d.Verdict, d.Reason, d.Detail = Allow, ReasonPublicAddress, fmt.Sprintf("address %s of %q is public", a, host)
 		return d
 	}
+	class := describeClass(a)
 	var near *rule
 	for _, r := range p.rules {
 		if !r.containsAddr(a) {

@@ -247,7 +247,7 @@ func TestCheckAddr(t *testing.T) {
 		{"mapped loopback", "x.test", 443, "::ffff:127.0.0.1",
 			wantDecision{Deny, false, "", ReasonInternalAddress, `address 127.0.0.1 of "x.test" is loopback; name it in a rule's cidrs to allow it`, "", false, "x.test", 443}},
 		{"NAT64 loopback", "x.test", 443, "64:ff9b::7f00:1",
-			wantDecision{Deny, false, "", ReasonInternalAddress, `address 64:ff9b::7f00:1 of "x.test" is embedded; name it in a rule's cidrs to allow it`, "", false, "x.test", 443}},
+			wantDecision{Deny, false, "", ReasonInternalAddress, `address 64:ff9b::7f00:1 of "x.test" is an IPv6 form embedding 127.0.0.1 (loopback); name it in a rule's cidrs to allow it`, "", false, "x.test", 443}},
 		{"named by cidr", "svc.internal", 8080, "10.30.0.5",
 			wantDecision{Allow, false, "internal-api", ReasonRuleMatched, "", "", false, "svc.internal", 8080}},
 		{"mapped named by cidr", "svc.internal", 8080, "::ffff:10.30.0.5",
