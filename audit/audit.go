@@ -73,4 +73,16 @@ type Event struct {
 	Policy string
 	// Error describes a failure (resolve, dial, timeout) in words without secret values.
 	Error string
+	// Model and Provider are set for model calls (kind llm): the model the sandbox asked
+	// for and the provider that answered.
+	Model    string
+	Provider string
+	// InputTokens and OutputTokens are a model call's usage; CostUSD its cost from the
+	// policy's price table.
+	InputTokens  int64
+	OutputTokens int64
+	CostUSD      float64
+	// Prompt is a model call's prompt text, redacted, only when the policy sets
+	// llm.logPrompts.
+	Prompt string
 }

@@ -49,6 +49,7 @@ func (e Event) appendJSON(b []byte) []byte {
 	b = appendField(b, "client", e.Client, false)
 	b = appendField(b, "policy", e.Policy, false)
 	b = appendField(b, "error", e.Error, false)
+	b = e.appendLLM(b)
 	return append(b, `,"level":"info","msg":"audit"}`+"\n"...)
 }
 
@@ -79,6 +80,7 @@ func (e Event) object() map[string]any {
 	if len(e.Secrets) > 0 {
 		m["secrets"] = e.Secrets
 	}
+	e.llmObject(m)
 	return m
 }
 

@@ -20,6 +20,7 @@ const maxPending = 1 << 20
 // the disk. Close writes what is pending. The zero value is not usable; call New.
 type Logger struct {
 	discard bool // Discard's Logger: no sinks, no writer goroutine
+	redact  func([]byte) []byte
 	sandbox string
 	now     func() time.Time
 	sinks   []io.Writer
@@ -53,6 +54,10 @@ type Options struct {
 	// Keep is how many recent events Recent returns (for the admin /v1/decisions endpoint);
 	// 0 keeps none.
 	Keep int
+	// Redact, when set, scrubs each encoded line (and the free-text fields of the events
+	// Recent returns) before it is kept or written: the credential broker's redactor, so no
+	// secret value reaches the audit trail. Nil writes lines as they are.
+	Redact func([]byte) []byte
 }
 
 // New returns a Logger and starts its writer goroutine; Close stops it. It opens
@@ -62,7 +67,7 @@ func New(o Options) (*Logger, error) {
 	if w == nil {
 		w = os.Stderr
 	}
-	l := &Logger{sandbox: o.Sandbox, now: o.Now, sinks: []io.Writer{w}, recent: make([]Event, o.Keep), done: make(chan struct{})}
+	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, sinks: []io.Writer{w}, recent: make([]Event, o.Keep), done: make(chan struct{})}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -99,6 +104,14 @@ func (l *Logger) Log(e Event) {
 		e.Sandbox = l.sandbox
 	}
 	line := e.appendJSON(make([]byte, 0, 512))
+	if l.redact != nil {
+		line = l.redact(line)
+		for _, f := range []*string{&e.Error, &e.Detail, &e.Path, &e.Prompt} {
+			if *f != "" {
+				*f = string(l.redact([]byte(*f)))
+			}
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for len(l.pending) > maxPending && !l.closed {

@@ -284,8 +284,36 @@ func compileInject(d *decoder, r Rule, path string) []string {
 		headers = append(headers, h)
 		names = append(names, compileValue(d, in.Value, ipath+".value")...)
 	}
+	compilePlaceholderIn(d, r, path)
 	slices.Sort(names)
 	return slices.Compact(names)
+}
+
+// PlaceholderLocations are the values of Rule.PlaceholderIn.
+var PlaceholderLocations = []string{"header", "query", "body"}
+
+// compilePlaceholderIn checks a rule's placeholderIn and allowCleartext.
+func compilePlaceholderIn(d *decoder, r Rule, path string) {
+	if len(r.Inject) == 0 {
+		if len(r.PlaceholderIn) > 0 {
+			d.errorf(path+".placeholderIn", "placeholderIn needs inject: placeholders are swapped only for the secrets the rule injects")
+		}
+		if r.AllowCleartext {
+			d.errorf(path+".allowCleartext", "allowCleartext needs inject; remove it")
+		}
+		return
+	}
+	var seen []string
+	for i, loc := range r.PlaceholderIn {
+		lpath := joinIndex(path+".placeholderIn", i)
+		switch {
+		case !slices.Contains(PlaceholderLocations, loc):
+			d.errorf(lpath, "unknown location %q; use one of header, query, body", loc)
+		case slices.Contains(seen, loc):
+			d.errorf(lpath, "location %q is listed twice; keep one", loc)
+		}
+		seen = append(seen, loc)
+	}
 }
 
 // compileValue checks one inject value and returns the secret names it uses.

@@ -61,6 +61,15 @@ func overrideDNS(base, child DNSConfig) DNSConfig {
 	if child.MaxIPsPerName != 0 {
 		base.MaxIPsPerName = child.MaxIPsPerName
 	}
+	if child.Grace != 0 {
+		base.Grace = child.Grace
+	}
+	if child.MaxLabelLength != 0 {
+		base.MaxLabelLength = child.MaxLabelLength
+	}
+	if child.WildcardQueriesPerMinute != 0 {
+		base.WildcardQueriesPerMinute = child.WildcardQueriesPerMinute
+	}
 	return base
 }
 
@@ -185,7 +194,9 @@ func inheritLLM(d *decoder, parents []*Policy, own LLMConfig) LLMConfig {
 		maps.Copy(out.Providers, parent.llm.Providers)
 		parentModels = append(parentModels, parent.llm.Models...)
 		limit = tighter(limit, parent.llm.Budget)
+		out.LogPrompts = out.LogPrompts || parent.llm.LogPrompts
 	}
+	out.LogPrompts = out.LogPrompts || own.LogPrompts
 	maps.Copy(out.Providers, own.Providers)
 	if len(own.Models) == 0 {
 		out.Models = parentModels

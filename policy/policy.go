@@ -66,8 +66,8 @@ func (p *Policy) Secrets() map[string]Secret {
 	return out
 }
 
-// DNS returns the effective DNS settings with defaults applied: OnDeny is never empty and
-// MaxIPsPerName never zero.
+// DNS returns the effective DNS settings with defaults applied: OnDeny is never empty, and
+// MaxIPsPerName, Grace, MaxLabelLength and WildcardQueriesPerMinute are never zero.
 func (p *Policy) DNS() DNSConfig {
 	c := p.dns
 	c.Upstreams = slices.Clone(c.Upstreams)
@@ -77,15 +77,25 @@ func (p *Policy) DNS() DNSConfig {
 	if c.MaxIPsPerName == 0 {
 		c.MaxIPsPerName = DefaultMaxIPsPerName
 	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.MaxLabelLength == 0 {
+		c.MaxLabelLength = DefaultMaxLabelLength
+	}
+	if c.WildcardQueriesPerMinute == 0 {
+		c.WildcardQueriesPerMinute = DefaultWildcardQueriesPerMinute
+	}
 	return c
 }
 
 // LLM returns the effective model settings.
 func (p *Policy) LLM() LLMConfig {
 	return LLMConfig{
-		Providers: maps.Clone(p.llm.Providers),
-		Models:    slices.Clone(p.llm.Models),
-		Budget:    p.llm.Budget,
+		Providers:  maps.Clone(p.llm.Providers),
+		Models:     slices.Clone(p.llm.Models),
+		Budget:     p.llm.Budget,
+		LogPrompts: p.llm.LogPrompts,
 	}
 }
 
@@ -112,6 +122,7 @@ func cloneRule(r Rule) Rule {
 	r.CIDRs = slices.Clone(r.CIDRs)
 	r.Ports = slices.Clone(r.Ports)
 	r.Inject = slices.Clone(r.Inject)
+	r.PlaceholderIn = slices.Clone(r.PlaceholderIn)
 	r.HTTP = slices.Clone(r.HTTP)
 	for i, m := range r.HTTP {
 		r.HTTP[i] = HTTPMatch{Methods: slices.Clone(m.Methods), Paths: slices.Clone(m.Paths)}

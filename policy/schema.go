@@ -54,9 +54,10 @@ type Spec struct {
 
 // DNSConfig configures the DNS filter.
 type DNSConfig struct {
-	// Upstreams are the resolvers the DNS filter forwards allowed queries to, each an IP
-	// address and port ("10.96.0.10:53", "[2001:db8::53]:53"). Empty means the sidecar's
-	// --upstream-dns flag, else /etc/resolv.conf.
+	// Upstreams are the resolvers the DNS filter forwards allowed queries to (and the proxy's
+	// resolver), each an IP address and port ("10.96.0.10:53", "[2001:db8::53]:53"), used
+	// when the sidecar's --upstream-dns flag is not set (the flag wins, as the proxy's
+	// resolver does). Empty means /etc/resolv.conf.
 	Upstreams []string `yaml:"upstreams"`
 	// OnDeny is the answer to a denied query: "refused" or "nxdomain". Empty means "refused".
 	OnDeny string `yaml:"onDeny"`
@@ -66,10 +67,29 @@ type DNSConfig struct {
 	// MaxIPsPerName caps how many addresses of one name enter the kernel allow map. Zero
 	// means the default, DefaultMaxIPsPerName.
 	MaxIPsPerName int `yaml:"maxIPsPerName"`
+	// Grace is added to an answer's TTL (after MinTTL) to give the kernel allow map entry's
+	// lifetime, so a client that connects just as its cached answer expires still gets
+	// through; a Go duration ("10s"). Zero means DefaultGrace.
+	Grace time.Duration `yaml:"grace"`
+	// MaxLabelLength caps, for a name allowed only by a wildcard host ("*.example.com"), the
+	// length in bytes of each label left of the wildcard's domain; longer names are denied
+	// (a DNS-exfiltration brake: data leaves in long labels). 1-63. Zero means
+	// DefaultMaxLabelLength.
+	MaxLabelLength int `yaml:"maxLabelLength"`
+	// WildcardQueriesPerMinute caps, per wildcard host, how many different names under it the
+	// sandbox may look up per minute (a DNS-exfiltration brake: data leaves as ever new
+	// names); names looked up again while their answer is live are not counted. Zero means
+	// DefaultWildcardQueriesPerMinute.
+	WildcardQueriesPerMinute int `yaml:"wildcardQueriesPerMinute"`
 }
 
-// DefaultMaxIPsPerName is the value Policy.DNS reports when maxIPsPerName is not set.
-const DefaultMaxIPsPerName = 64
+// The values Policy.DNS reports for DNSConfig fields that are not set.
+const (
+	DefaultMaxIPsPerName            = 64
+	DefaultGrace                    = 10 * time.Second
+	DefaultMaxLabelLength           = 48
+	DefaultWildcardQueriesPerMinute = 120
+)
 
 // The values of DNSConfig.OnDeny.
 const (
@@ -114,6 +134,14 @@ type Rule struct {
 	// Inject lists headers the proxy sets on requests this rule allows. Empty means none.
 	// Entries require TLS interception for https.
 	Inject []Injection `yaml:"inject"`
+	// PlaceholderIn lists where the placeholders of the secrets this rule injects are swapped
+	// for their values: "header", "query", "body". Empty means ["header"]. A placeholder
+	// anywhere else (another location, another rule's destination) denies the request.
+	// Requires inject.
+	PlaceholderIn []string `yaml:"placeholderIn"`
+	// AllowCleartext lets this rule inject secrets into cleartext http:// requests. False
+	// means such requests are denied (credential_cleartext). Requires inject.
+	AllowCleartext bool `yaml:"allowCleartext"`
 }
 
 // HTTPMatch is one L7 rule: it matches a request whose method and path both match.
@@ -172,6 +200,10 @@ type LLMConfig struct {
 	Models []Model `yaml:"models"`
 	// Budget caps usage. Zero fields mean no cap.
 	Budget Budget `yaml:"budget"`
+	// LogPrompts puts the prompt text of each call, redacted (provider keys and strings that
+	// look like credentials removed) and truncated, in its audit event. False means prompts
+	// are never logged.
+	LogPrompts bool `yaml:"logPrompts"`
 }
 
 // Provider is one model provider.
@@ -180,7 +212,38 @@ type Provider struct {
 	BaseURL string `yaml:"baseURL"`
 	// APIKey names the secret holding the provider key. Zero means no key is sent.
 	APIKey SecretRef `yaml:"apiKey"`
+	// Type is the API the provider speaks: "openai" (Bearer key, OpenAI endpoints),
+	// "anthropic" (x-api-key, the Messages API) or "openai-compatible" (OpenAI endpoints on
+	// another server such as vLLM or Ollama). Empty means "anthropic" for a provider named
+	// anthropic, "openai" for one named openai, else "openai-compatible".
+	Type ProviderType `yaml:"type"`
+	// AllowInternal lets the base URL's name resolve to internal addresses (loopback,
+	// private, link-local ...), for a self-hosted model server. False means only public
+	// addresses are dialled, unless the base URL names an IP address itself.
+	AllowInternal bool `yaml:"allowInternal"`
+	// ConnectTimeout bounds resolving and connecting to the provider ("10s"). Zero means 10s.
+	ConnectTimeout time.Duration `yaml:"connectTimeout"`
+	// FirstByteTimeout bounds the wait for the response headers and, for a stream, its first
+	// event ("60s"). Zero means 60s.
+	FirstByteTimeout time.Duration `yaml:"firstByteTimeout"`
+	// ChunkTimeout bounds the silence between two reads of a response body ("60s"). Zero
+	// means 60s.
+	ChunkTimeout time.Duration `yaml:"chunkTimeout"`
+	// Retries is how many times a call is retried, with backoff, when the provider answers
+	// 429 or 5xx or cannot be reached, always before the first byte reached the caller. Zero
+	// means 2; -1 means none.
+	Retries int `yaml:"retries"`
 }
+
+// ProviderType is the API a provider speaks.
+type ProviderType string
+
+// The provider types.
+const (
+	ProviderOpenAI           ProviderType = "openai"
+	ProviderAnthropic        ProviderType = "anthropic"
+	ProviderOpenAICompatible ProviderType = "openai-compatible"
+)
 
 // SecretRef refers to a secret of spec.secrets by name.
 type SecretRef struct {
@@ -198,7 +261,17 @@ type Model struct {
 	UpstreamModel string `yaml:"upstreamModel"`
 	// Price is what the model costs, for the usd budget. Zero means free (not counted).
 	Price Price `yaml:"price"`
+	// MaxOutputTokens caps the output tokens of one call: a larger max_tokens is refused and
+	// a call without one is sent with this cap. Zero means DefaultMaxOutputTokens.
+	MaxOutputTokens int64 `yaml:"maxOutputTokens"`
+	// Fallbacks are models of llm.models, by name, tried in order when this model's provider
+	// keeps answering 429 or 5xx (or cannot be reached) before the first byte; each must
+	// speak the same API. Empty means none.
+	Fallbacks []string `yaml:"fallbacks"`
 }
+
+// DefaultMaxOutputTokens is the output cap of a model without maxOutputTokens.
+const DefaultMaxOutputTokens = 4096
 
 // Price is a model's price in US dollars per million tokens.
 type Price struct {

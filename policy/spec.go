@@ -60,6 +60,7 @@ func compileDNS(d *decoder, c DNSConfig) {
 	if c.MaxIPsPerName < 0 {
 		d.errorf("spec.dns.maxIPsPerName", "must not be negative; leave it out for the default (%d)", DefaultMaxIPsPerName)
 	}
+	compileDNSBrakes(d, c)
 }
 
 // checkUpstream checks one "address:port" resolver.
@@ -163,6 +164,7 @@ func compileLLM(d *decoder, c LLMConfig) {
 	checkNonNegative(d, "spec.llm.budget.usd", b.USD)
 	checkNonNegative(d, "spec.llm.budget.requestsPerMinute", float64(b.RequestsPerMinute))
 	checkNonNegative(d, "spec.llm.budget.tokensPerMinute", float64(b.TokensPerMinute))
+	compileLLMExtras(d, c)
 }
 
 // checkNonNegative rejects negative, infinite and NaN numbers.

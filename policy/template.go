@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/base64"
 	"fmt"
 	"regexp"
 	"slices"
@@ -8,17 +9,24 @@ import (
 	"strings"
 )
 
-// An inject value is literal text with `{{ secret "name" }}` placeholders. This is not
-// text/template: the one action there is cannot call anything, so a policy author cannot
-// make the proxy do more than paste a secret.
+// An inject value is literal text with `{{ secret "name" }}` placeholders, and
+// `{{ basic "user" "name" }}` for HTTP Basic credentials (RFC 7617: base64 of
+// "user:<secret value>"). This is not text/template: the actions there are cannot call
+// anything, so a policy author cannot make the proxy do more than paste a secret.
 
-// templatePart is a literal (secret == "") or a secret placeholder.
+// templatePart is a literal (secret == "") or a secret placeholder; with basic set, the
+// placeholder stands for base64(user ":" value).
 type templatePart struct {
 	literal string
 	secret  string
+	basic   bool
+	user    string
 }
 
-var secretAction = regexp.MustCompile(`^\s*secret\s+("(?:[^"\\]|\\.)*")\s*$`)
+var (
+	secretAction = regexp.MustCompile(`^\s*secret\s+("(?:[^"\\]|\\.)*")\s*$`)
+	basicAction  = regexp.MustCompile(`^\s*basic\s+("(?:[^"\\]|\\.)*")\s+("(?:[^"\\]|\\.)*")\s*$`)
+)
 
 // parseTemplate splits an inject value into parts, or says what is wrong and the fix.
 func parseTemplate(s string) ([]templatePart, string) {
@@ -41,6 +49,19 @@ func parseTemplate(s string) ([]templatePart, string) {
 			return nil, `"{{" without "}}"; a placeholder is {{ secret "name" }}`
 		}
 		action := rest[:end]
+		if b := basicAction.FindStringSubmatch(action); b != nil {
+			user, uerr := strconv.Unquote(b[1])
+			name, nerr := strconv.Unquote(b[2])
+			switch {
+			case uerr != nil || strings.Contains(user, ":"):
+				return nil, fmt.Sprintf(`invalid basic user %s (no ":"); use {{ basic "user" "secret-name" }}`, b[1])
+			case nerr != nil || name == "":
+				return nil, fmt.Sprintf(`invalid secret name %s; use {{ basic "user" "secret-name" }}`, b[2])
+			}
+			parts = append(parts, templatePart{secret: name, basic: true, user: user})
+			s = rest[end+2:]
+			continue
+		}
 		m := secretAction.FindStringSubmatch(action)
 		if m == nil {
 			return nil, fmt.Sprintf(`unknown template syntax "{{%s}}"; use {{ secret "name" }}`, action)
@@ -90,6 +111,9 @@ func (in Injection) Expand(lookup func(name string) (string, error)) (string, er
 		if strings.ContainsAny(v, "\r\n\x00") {
 			// A newline in a header value would let a secret split the request (RFC 9110 §5.5).
 			return "", fmt.Errorf("expand secret %q: value holds a newline or NUL: %w", p.secret, ErrInvalidSecret)
+		}
+		if p.basic {
+			v = base64.StdEncoding.EncodeToString([]byte(p.user + ":" + v))
 		}
 		b.WriteString(v)
 	}

@@ -38,6 +38,7 @@ func validateRefs(d *decoder, doc *Document, secrets map[string]Secret, provider
 			d.errorf(joinIndex("spec.llm.models", i)+".provider", "%s", msg)
 		}
 	}
+	validateFallbacks(d, doc.Spec.LLM.Models, providers)
 }
 
 // undefinedSecret is the message for a reference to a secret that is not defined.
