@@ -51,10 +51,32 @@ type Injector interface {
 	Inject(r *http.Request, d policy.Decision) error
 }
 
+// ResponseFilter is implemented by an Injector that also scrubs responses (secret values
+// echoed back) before they reach the sandbox. FilterResponse may replace resp's header
+// values and body; it must not block.
+type ResponseFilter interface {
+	FilterResponse(resp *http.Response) *http.Response
+}
+
+// Refusal is implemented by Injector errors (and request-body read errors caused by an
+// Injector) that deny a request (403, reason DenyReason) instead of failing it with 503:
+// a credential placeholder sent where its rule does not allow it, or a credential that
+// would go out in clear text. The error text is the denial's detail; it holds no secret.
+type Refusal interface {
+	error
+	DenyReason() policy.Reason
+}
+
 // OriginalDestination returns the address a redirected connection was sent to before the
 // kernel redirected it to the transparent listener.
 type OriginalDestination interface {
 	OriginalDst(c net.Conn) (netip.AddrPort, error)
+}
+
+// NameAddrs says whether the sidecar's DNS filter answered name with addr. The
+// *dnsfilter.Filter satisfies it (cmd/airlock passes it in).
+type NameAddrs interface {
+	Resolved(name string, addr netip.Addr) bool
 }
 
 // Config configures a Proxy. Policy and CA are required; every other zero value is usable.
@@ -75,6 +97,12 @@ type Config struct {
 	// OriginalDst finds where a transparent connection was going. Nil makes ServeTransparent
 	// fail with ErrNoOriginalDst.
 	OriginalDst OriginalDestination
+	// NameAddrs, when set, adds a check to transparent connections: the original address must
+	// be one the DNS filter resolved for the SNI or Host name the client sent, so a connection
+	// made to a co-tenant's address with an allowed name in SNI is refused
+	// (original_destination_mismatch), and vice versa. Nil checks only that the proxy's own
+	// resolution of the name includes the original address.
+	NameAddrs NameAddrs
 	// SelfAddrs are the sidecar's other listeners (DNS, LLM, admin). The proxy never dials
 	// them, nor its own listeners; an unspecified address (0.0.0.0, ::) stands for every
 	// local address with that port. Nil means only the proxy's own listeners.

@@ -33,6 +33,10 @@ type guard struct {
 	// localAddrs lists the machine's interface addresses (net.InterfaceAddrs).
 	localAddrs func() ([]netip.Addr, error)
 
+	// names, when set, must have resolved a transparent connection's name to its original
+	// address (Config.NameAddrs).
+	names NameAddrs
+
 	// mu guards self.
 	mu   sync.Mutex
 	self []netip.AddrPort // the sidecar's listeners, unmapped
@@ -124,7 +128,7 @@ func (g *guard) resolve(ctx context.Context, pol *policy.Policy, host string, po
 	}
 	if want.IsValid() {
 		want = want.Unmap()
-		if !slices.Contains(t.addrs, want) {
+		if !slices.Contains(t.addrs, want) || (g.names != nil && !h.IsIP() && !g.names.Resolved(h.Name, want)) {
 			return target{}, &denial{policy.Decision{Reason: ReasonOriginalDstMismatch, Host: h.Name, Port: port,
 				Detail: fmt.Sprintf("original destination %s is not an address of %q", want, h.Name)}}
 		}

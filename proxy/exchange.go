@@ -152,6 +152,9 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 	}
 	if inj := x.p.cfg.Injector; inj != nil {
 		if err := inj.Inject(r, x.d); err != nil {
+			if den, ok := asRefusal(err); ok {
+				return x.deny(r, x.refusalDecision(den)), nil
+			}
 			x.setError(fmt.Errorf("inject credentials: %w", err))
 			return x.fail(r, http.StatusServiceUnavailable, codeCredentialUnavailable, failInject), nil
 		}
@@ -172,6 +175,9 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		_ = resp.Body.Close()
 		x.setError(errors.New("upstream switched protocols; upgrades are not proxied"))
 		return x.fail(r, http.StatusBadGateway, codeUnreachable, failUpgrade), nil
+	}
+	if f, ok := x.p.cfg.Injector.(ResponseFilter); ok {
+		resp = f.FilterResponse(resp)
 	}
 	if decision, _ := x.outcome(); decision == audit.DecisionReport {
 		resp.Header.Set(headerDecision, audit.DecisionReport)
@@ -199,6 +205,9 @@ func (x *exchange) gotConn(info httptrace.GotConnInfo) {
 // denial, an oversized body 413, a timeout 504, anything else 502.
 func (x *exchange) upstreamFailure(r *http.Request, err error) *http.Response {
 	var den *denial
+	if ref, ok := asRefusal(err); ok { // a placeholder met in the request body
+		return x.deny(r, x.refusalDecision(ref))
+	}
 	switch {
 	case errors.As(err, &den):
 		return x.deny(r, withRule(den.d, x.d.Rule))

@@ -53,6 +53,7 @@ func New(cfg Config) (*Proxy, error) {
 		errorLog:  log.New(logWriter{cfg.Logger}, "", 0),
 		listeners: make(map[net.Listener]struct{}),
 	}
+	p.guard.names = cfg.NameAddrs
 	p.explicit = p.newUpstreams(p.dialResolved(netip.Addr{}))
 	p.gp = p.newGoproxy()
 	p.srv = p.newServer(http.HandlerFunc(p.serveExplicit))
