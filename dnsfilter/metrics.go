@@ -1,0 +1,62 @@
+package dnsfilter
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the filter's Prometheus collectors. They live on the Filter, never in package
+// state, and are registered on Config.Registerer.
+type metrics struct {
+	queries   *prometheus.CounterVec // decision, reason
+	upstream  *prometheus.CounterVec // result: ok, error
+	allowMap  *prometheus.CounterVec // op: allow, revoke, error
+	evictions prometheus.Counter
+	duration  prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_dns_queries_total",
+			Help: "DNS queries answered by the filter, by decision (allow, deny, report) and reason.",
+		}, []string{"decision", "reason"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_dns_upstream_exchanges_total",
+			Help: "Queries forwarded upstream, by result (ok, error).",
+		}, []string{"result"}),
+		allowMap: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_dns_allow_map_updates_total",
+			Help: "Kernel allow map updates by the DNS filter: addresses allowed, evicted, and failed updates.",
+		}, []string{"op"}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_dns_evictions_total",
+			Help: "Addresses evicted (and revoked) by the per-name cap dns.maxIPsPerName.",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "airlock_dns_query_duration_seconds",
+			Help:    "Time from a query's arrival to its answer being written.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+	}
+}
+
+// register registers every collector on r, unregistering those already registered when one
+// fails, so a failed New leaves the registry as it found it.
+func (m *metrics) register(r prometheus.Registerer) error {
+	if r == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{m.queries, m.upstream, m.allowMap, m.evictions, m.duration}
+	for i, c := range cs {
+		if err := r.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				r.Unregister(done)
+			}
+			return fmt.Errorf("register dns filter metrics: %w", errors.Join(err))
+		}
+	}
+	return nil
+}
