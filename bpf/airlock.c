@@ -1,0 +1,574 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* airlock's kernel enforcement for one sandbox cgroup (v2).
+ *
+ * Attached as bpf links to the sandbox's cgroup directory; the sidecar runs outside it.
+ * Deny by default: a sandbox process may connect only to the sidecar's listeners
+ * (proxy, transparent, DNS, LLM; never admin), to addresses an allowed DNS answer put
+ * in the allow map (TCP, the rule's ports, until the entry expires), and to ranges a
+ * policy rule names by CIDR (TCP, the rule's ports). UDP goes only to the DNS filter.
+ * Only TCP and UDP sockets may be created in AF_INET/AF_INET6. No uid is exempt.
+ *
+ * Hooks and what they see (kernel behaviour):
+ *  - connect4/connect6 run for connect(2) on TCP and UDP sockets, and for sendmsg with
+ *    MSG_FASTOPEN on TCP (tcp_sendmsg_fastopen -> __inet_stream_connect -> pre_connect),
+ *    so TCP Fast Open is decided here too. connect4 does not run for an AF_INET6 socket
+ *    connecting to ::ffff:a.b.c.d: connect6 does, and applies the IPv4 entries, which are
+ *    stored in that mapped form.
+ *  - sendmsg4/sendmsg6 run for UDP sendmsg with a destination address.
+ *  - sock_create runs when an AF_INET/AF_INET6 socket is created.
+ *  - cgroup_skb/egress sees every packet the cgroup's full sockets send.
+ *  - sockops (established callbacks) re-keys the original destination of a redirected
+ *    connection by the client's local address and port, which is what the transparent
+ *    listener sees as the peer of the accepted connection.
+ *
+ * Helpers used are available since Linux 5.8 (ringbuf, ktime_get_boot_ns, sk_storage).
+ */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/if_ether.h>
+#include <linux/socket.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "airlock.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef AF_PACKET
+#define AF_PACKET 17
+#endif
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+
+#define VERDICT_DENY 0
+#define VERDICT_ALLOW 1
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct allow_key);
+	__type(value, struct allow_val);
+} allow SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct listener_key);
+	__type(value, __u8);
+} listeners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cidr_key);
+	__type(value, struct cidr_val);
+} cidrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct settings);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u16);
+	__type(value, __u8);
+} tports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct orig_dst);
+} orig_cookie SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct tuple_key);
+	__type(value, struct orig_dst);
+} orig_tuple SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mark);
+} marks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct counters);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct schema_info);
+} meta SEC(".maps");
+
+/* Keep the event type in the ELF's BTF for bpf2go -type. */
+const struct event *unused_event __attribute__((unused));
+
+static __always_inline struct counters *stats_slot(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+static __always_inline void mapped4(__u8 addr[16], __u32 ip4)
+{
+	__builtin_memset(addr, 0, 10);
+	addr[10] = 0xff;
+	addr[11] = 0xff;
+	__builtin_memcpy(&addr[12], &ip4, 4);
+}
+
+/* Context fields are read one 32-bit word at a time (volatile): the verifier rejects the
+ * 64-bit loads clang would otherwise merge them into. */
+static __always_inline void copy6(__u8 addr[16], const __u32 w[4])
+{
+	__builtin_memcpy(addr, w, 16);
+}
+
+static __always_inline void emit(__u8 hook, __u8 reason, const __u8 addr[16], __u16 port,
+				 __u8 proto, __u8 family, __u8 type, int with_task, int report)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		struct counters *s = stats_slot();
+		if (s)
+			s->events_lost++;
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->time_ns = bpf_ktime_get_boot_ns();
+	if (with_task) {
+		e->pid = bpf_get_current_pid_tgid() >> 32;
+		e->uid = (__u32)bpf_get_current_uid_gid();
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
+	}
+	__builtin_memcpy(e->addr, addr, 16);
+	e->port = port;
+	e->proto = proto;
+	e->hook = hook;
+	e->reason = reason;
+	e->family = family;
+	e->type = type;
+	e->report = report;
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void count_deny(void)
+{
+	struct counters *s = stats_slot();
+	if (s)
+		s->denies++;
+}
+
+static __always_inline int report_mode(void)
+{
+	__u32 zero = 0;
+	struct settings *c = bpf_map_lookup_elem(&config, &zero);
+	return c && (c->flags & CFG_REPORT);
+}
+
+/* refuse reports a denial and returns the verdict: VERDICT_DENY, or VERDICT_ALLOW when the
+ * policy is in report mode (the event then says so, and the deny counter is left alone). */
+static __always_inline int refuse(__u8 hook, __u8 reason, const __u8 addr[16], __u16 port,
+				  __u8 proto, __u8 family, __u8 type, int with_task)
+{
+	int report = report_mode();
+	if (!report)
+		count_deny();
+	emit(hook, reason, addr, port, proto, family, type, with_task, report);
+	return report ? VERDICT_ALLOW : VERDICT_DENY;
+}
+
+static __always_inline int is_listener(const __u8 addr[16], __u16 port, __u8 proto)
+{
+	struct listener_key k = {};
+	__builtin_memcpy(k.addr, addr, 16);
+	k.port = port;
+	k.proto = proto;
+	return bpf_map_lookup_elem(&listeners, &k) != NULL;
+}
+
+/* cidr_match: 0 no rule, 1 a rule allows the port, 2 a protocol tcp rule allows it. */
+static __always_inline int cidr_match(const __u8 addr[16], __u16 port)
+{
+	struct cidr_key k = {.prefixlen = 128};
+	__builtin_memcpy(k.addr, addr, 16);
+	struct cidr_val *v = bpf_map_lookup_elem(&cidrs, &k);
+	if (!v)
+		return 0;
+	for (int i = 0; i < CIDR_PORTS; i++) {
+		if (i >= v->n)
+			break;
+		if (v->ports[i] == port)
+			return v->raw[i] ? 2 : 1;
+	}
+	return 0;
+}
+
+/* allow_state: 0 absent, 1 allowed, 2 expired. */
+static __always_inline int allow_state(const __u8 addr[16], __u16 port)
+{
+	struct allow_key k = {};
+	__builtin_memcpy(k.addr, addr, 16);
+	k.port = port;
+	struct allow_val *v = bpf_map_lookup_elem(&allow, &k);
+	if (!v)
+		return 0;
+	return bpf_ktime_get_boot_ns() < v->expires_ns ? 1 : 2;
+}
+
+static __always_inline void set_mark(struct bpf_sock *sk, const __u8 addr[16], __u16 port, __u8 flags)
+{
+	if (!sk)
+		return;
+	struct mark *m = bpf_sk_storage_get(&marks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!m)
+		return;
+	__builtin_memcpy(m->addr, addr, 16);
+	m->port = port;
+	m->flags = flags;
+}
+
+static __always_inline void count_connection(void)
+{
+	struct counters *s = stats_slot();
+	if (s)
+		s->connections++;
+}
+
+/* redirect rewrites a TCP connect to a transparent port to the transparent listener and
+ * records the original destination by socket cookie. It returns 1 when it redirected,
+ * -1 when the connection must be denied, 0 when transparent mode does not apply. */
+static __always_inline int redirect(struct bpf_sock_addr *ctx, const __u8 addr[16], __u16 port, int hook6, int v6native)
+{
+	__u32 zero = 0;
+	struct settings *c = bpf_map_lookup_elem(&config, &zero);
+	if (!c || !(c->flags & CFG_TRANSPARENT))
+		return 0;
+	if (!bpf_map_lookup_elem(&tports, &port))
+		return 0;
+	if (v6native && !(c->flags & CFG_TRANSPARENT6))
+		return -1;
+
+	struct orig_dst o = {};
+	__builtin_memcpy(o.addr, addr, 16);
+	o.port = port;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	if (bpf_map_update_elem(&orig_cookie, &cookie, &o, BPF_ANY))
+		return -1;
+
+	__u8 to[16];
+	__u16 to_port;
+	/* hook6 is a constant after inlining: a connect4 program must not even contain
+	 * stores to user_ip6 (the verifier rejects them). */
+	if (!hook6) {
+		ctx->user_ip4 = c->t4_addr;
+		ctx->user_port = c->t4_port;
+		mapped4(to, c->t4_addr);
+		to_port = bpf_ntohs(c->t4_port);
+	} else if (v6native) {
+		ctx->user_ip6[0] = c->t6_addr[0];
+		ctx->user_ip6[1] = c->t6_addr[1];
+		ctx->user_ip6[2] = c->t6_addr[2];
+		ctx->user_ip6[3] = c->t6_addr[3];
+		ctx->user_port = c->t6_port;
+		copy6(to, c->t6_addr);
+		to_port = bpf_ntohs(c->t6_port);
+	} else {
+		/* An AF_INET6 socket to ::ffff:a.b.c.d: go to the IPv4 listener, mapped. */
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = bpf_htonl(0xffff);
+		ctx->user_ip6[3] = c->t4_addr;
+		ctx->user_port = c->t4_port;
+		mapped4(to, c->t4_addr);
+		to_port = bpf_ntohs(c->t4_port);
+	}
+	set_mark(ctx->sk, to, to_port, 0);
+	return 1;
+}
+
+static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook, int hook6, int v6native)
+{
+	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	__u8 proto = ctx->protocol;
+	__u8 reason = DENY_NOT_ALLOWED;
+
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+		reason = DENY_PROTOCOL;
+		goto deny;
+	}
+	if (is_listener(addr, port, proto))
+		goto allow;
+	if (proto == IPPROTO_UDP) {
+		reason = DENY_UDP;
+		goto deny;
+	}
+	int cidr = cidr_match(addr, port);
+	if (cidr == 2)
+		goto allow;
+	int r = redirect(ctx, addr, port, hook6, v6native);
+	if (r == 1) {
+		count_connection();
+		return VERDICT_ALLOW;
+	}
+	if (r < 0) {
+		reason = DENY_NO_TRANSPARENT6;
+		goto deny;
+	}
+	if (cidr == 1)
+		goto allow;
+	int st = allow_state(addr, port);
+	if (st == 1)
+		goto allow;
+	if (st == 2)
+		reason = DENY_EXPIRED;
+
+deny:
+	if (refuse(hook, reason, addr, port, proto, ctx->family, ctx->type, 1) == VERDICT_DENY)
+		return VERDICT_DENY;
+
+allow:
+	set_mark(ctx->sk, addr, port, 0);
+	count_connection();
+	return VERDICT_ALLOW;
+}
+
+SEC("cgroup/connect4")
+int connect4(struct bpf_sock_addr *ctx)
+{
+	__u8 addr[16];
+	mapped4(addr, ctx->user_ip4);
+	return decide_connect(ctx, addr, HOOK_CONNECT4, 0, 0);
+}
+
+static __always_inline int is_mapped(const __u8 addr[16])
+{
+	for (int i = 0; i < 10; i++)
+		if (addr[i])
+			return 0;
+	return addr[10] == 0xff && addr[11] == 0xff;
+}
+
+SEC("cgroup/connect6")
+int connect6(struct bpf_sock_addr *ctx)
+{
+	__u32 w[4];
+	w[0] = *(volatile __u32 *)&ctx->user_ip6[0];
+	w[1] = *(volatile __u32 *)&ctx->user_ip6[1];
+	w[2] = *(volatile __u32 *)&ctx->user_ip6[2];
+	w[3] = *(volatile __u32 *)&ctx->user_ip6[3];
+	__u8 addr[16];
+	copy6(addr, w);
+	/* NAT64 (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32) forms get no special
+	 * treatment: like every other address they are denied unless an allow entry or a CIDR
+	 * names them. Mapped addresses hit the IPv4 entries, stored in mapped form. */
+	return decide_connect(ctx, addr, HOOK_CONNECT6, 1, !is_mapped(addr));
+}
+
+static __always_inline int decide_sendmsg(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook)
+{
+	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	if (ctx->protocol == IPPROTO_UDP && is_listener(addr, port, IPPROTO_UDP))
+		return VERDICT_ALLOW;
+	return refuse(hook, DENY_UDP, addr, port, ctx->protocol, ctx->family, ctx->type, 1);
+}
+
+SEC("cgroup/sendmsg4")
+int sendmsg4(struct bpf_sock_addr *ctx)
+{
+	__u8 addr[16];
+	mapped4(addr, ctx->user_ip4);
+	return decide_sendmsg(ctx, addr, HOOK_SENDMSG4);
+}
+
+SEC("cgroup/sendmsg6")
+int sendmsg6(struct bpf_sock_addr *ctx)
+{
+	__u32 w[4];
+	w[0] = *(volatile __u32 *)&ctx->user_ip6[0];
+	w[1] = *(volatile __u32 *)&ctx->user_ip6[1];
+	w[2] = *(volatile __u32 *)&ctx->user_ip6[2];
+	w[3] = *(volatile __u32 *)&ctx->user_ip6[3];
+	__u8 addr[16];
+	copy6(addr, w);
+	return decide_sendmsg(ctx, addr, HOOK_SENDMSG6);
+}
+
+SEC("cgroup/sock_create")
+int sock_create(struct bpf_sock *sk)
+{
+	__u32 family = sk->family;
+	__u32 type = sk->type;
+	__u32 proto = sk->protocol;
+	if (family == AF_INET || family == AF_INET6) {
+		if (type == SOCK_STREAM && proto == IPPROTO_TCP)
+			return VERDICT_ALLOW;
+		if (type == SOCK_DGRAM && proto == IPPROTO_UDP)
+			return VERDICT_ALLOW;
+	} else if (family != AF_PACKET) {
+		return VERDICT_ALLOW;
+	}
+	__u8 none[16] = {};
+	return refuse(HOOK_SOCK_CREATE, DENY_PROTOCOL, none, 0, proto, family, type, 1);
+}
+
+static __always_inline int same_addr(const __u8 a[16], const __u8 b[16])
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+	return x[0] == y[0] && x[1] == y[1];
+}
+
+/* cgroup/sock_create never sees AF_PACKET sockets (only inet_create and inet6_create run
+ * it), and packet sockets send frames past every cgroup hook. This LSM program, attached
+ * per cgroup (BPF_LSM_CGROUP, Linux 6.0, needs "bpf" among the active LSMs), refuses them
+ * at socket(2). Its arguments are those of security_socket_create(family, type,
+ * protocol, kern); kernel-internal sockets (kern != 0) are left alone. */
+SEC("lsm_cgroup/socket_create")
+int packet_guard(unsigned long long *ctx)
+{
+	int family = (int)ctx[0];
+	int kern = (int)ctx[3];
+	if (kern || family != AF_PACKET)
+		return VERDICT_ALLOW;
+	__u8 none[16] = {};
+	return refuse(HOOK_SOCK_CREATE, DENY_PROTOCOL, none, 0, (__u8)ctx[2], family, (__u8)ctx[1], 1);
+}
+
+/* packet_dst reads the destination address, port and protocol of an egress packet. It
+ * returns 0 when it could not (the packet is then judged on its socket's mark alone). */
+static __always_inline int packet_dst(struct __sk_buff *skb, __u8 addr[16], __u16 *port, __u8 *proto)
+{
+	__u32 off;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 vihl;
+		__u32 daddr;
+		if (bpf_skb_load_bytes(skb, 0, &vihl, 1) || bpf_skb_load_bytes(skb, 9, proto, 1) ||
+		    bpf_skb_load_bytes(skb, 16, &daddr, 4))
+			return 0;
+		mapped4(addr, daddr);
+		off = (vihl & 0xf) * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, 6, proto, 1) || bpf_skb_load_bytes(skb, 24, addr, 16))
+			return 0;
+		off = 40;
+	} else {
+		return 0;
+	}
+	*port = 0;
+	if (*proto == IPPROTO_TCP || *proto == IPPROTO_UDP) {
+		__u16 p;
+		if (bpf_skb_load_bytes(skb, off + 2, &p, 2))
+			return 0;
+		*port = bpf_ntohs(p);
+	}
+	return 1;
+}
+
+SEC("cgroup_skb/egress")
+int egress(struct __sk_buff *skb)
+{
+	struct counters *s = stats_slot();
+	__u8 addr[16] = {};
+	__u16 port = 0;
+	__u8 proto = 0;
+	int parsed = packet_dst(skb, addr, &port, &proto);
+
+	struct bpf_sock *sk = skb->sk;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	if (!sk) {
+		/* Request and time-wait sockets: kernel-generated SYN-ACKs, ACKs and RSTs of
+		 * connections that already exist. */
+		goto pass;
+	}
+	struct mark *m = bpf_sk_storage_get(&marks, sk, 0, 0);
+	if (m) {
+		if (m->flags & MARK_ANY)
+			goto pass;
+		if (parsed && m->port == port && same_addr(m->addr, addr))
+			goto pass;
+	}
+	if (sk->state == BPF_TCP_LISTEN)
+		goto pass;
+	if (parsed && (proto == IPPROTO_TCP || proto == IPPROTO_UDP)) {
+		if (is_listener(addr, port, proto))
+			goto pass;
+		if (proto == IPPROTO_TCP && (cidr_match(addr, port) || allow_state(addr, port) == 1))
+			goto pass;
+	}
+	if (refuse(HOOK_EGRESS, DENY_NOT_ALLOWED, addr, port, proto, sk->family, sk->type, 0) == VERDICT_ALLOW)
+		goto pass;
+	return VERDICT_DENY;
+
+pass:
+	if (s) {
+		s->bytes += skb->len;
+		s->packets++;
+	}
+	return VERDICT_ALLOW;
+}
+
+SEC("sockops")
+int established(struct bpf_sock_ops *skops)
+{
+	switch (skops->op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB: {
+		__u64 cookie = bpf_get_socket_cookie(skops);
+		struct orig_dst *o = bpf_map_lookup_elem(&orig_cookie, &cookie);
+		if (!o)
+			break;
+		struct tuple_key k = {};
+		if (skops->family == AF_INET) {
+			mapped4(k.addr, skops->local_ip4);
+		} else {
+			__u32 w[4];
+			w[0] = *(volatile __u32 *)&skops->local_ip6[0];
+			w[1] = *(volatile __u32 *)&skops->local_ip6[1];
+			w[2] = *(volatile __u32 *)&skops->local_ip6[2];
+			w[3] = *(volatile __u32 *)&skops->local_ip6[3];
+			copy6(k.addr, w);
+		}
+		k.port = (__u16)skops->local_port;
+		struct orig_dst copy = *o;
+		bpf_map_update_elem(&orig_tuple, &k, &copy, BPF_ANY);
+		bpf_map_delete_elem(&orig_cookie, &cookie);
+		break;
+	}
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: {
+		/* An accepted connection is inbound, not egress: its replies may go back. */
+		struct bpf_sock *sk = skops->sk;
+		if (sk) {
+			__u8 none[16] = {};
+			set_mark(sk, none, 0, MARK_ANY);
+		}
+		break;
+	}
+	}
+	return 1;
+}

@@ -1,0 +1,147 @@
+/* Shared definitions of airlock's kernel enforcement programs (bpf/airlock.c).
+ *
+ * Every structure here is also decoded by the Go loader (ebpf/), which gets Go
+ * declarations for them from bpf2go (-type). Changing a map's key or value layout
+ * changes the schema hash the loader stores beside the pinned maps, and a sidecar
+ * started with the new layout replaces the old maps (ebpf/pin.go).
+ *
+ * Addresses are always 16 bytes: an IPv4 address is stored in its IPv4-mapped
+ * IPv6 form (::ffff:a.b.c.d), so connect6 applies the IPv4 policy to mapped
+ * destinations with the very same lookups as connect4. Ports are in host byte order.
+ */
+#ifndef AIRLOCK_H
+#define AIRLOCK_H
+
+#include <linux/types.h>
+
+/* Which hook produced a deny event or counter. */
+enum hook {
+	HOOK_CONNECT4 = 1,
+	HOOK_CONNECT6 = 2,
+	HOOK_SENDMSG4 = 3,
+	HOOK_SENDMSG6 = 4,
+	HOOK_SOCK_CREATE = 5,
+	HOOK_EGRESS = 6,
+};
+
+/* Why a connection was denied (event reason). */
+enum deny_reason {
+	DENY_NOT_ALLOWED = 1,  /* destination is in no map */
+	DENY_EXPIRED = 2,      /* destination was allowed, its entry expired */
+	DENY_PROTOCOL = 3,     /* socket family/type/protocol not allowed */
+	DENY_UDP = 4,          /* UDP to anything but the DNS filter */
+	DENY_NO_TRANSPARENT6 = 5, /* native IPv6 to a transparent port, no IPv6 listener */
+};
+
+/* Listener kinds (value of the listeners map). */
+enum listener_kind {
+	LISTENER_PROXY = 1,
+	LISTENER_TRANSPARENT = 2,
+	LISTENER_DNS = 3,
+	LISTENER_LLM = 4,
+};
+
+/* allow map: one entry per (address, port) learned from an allowed DNS answer. */
+struct allow_key {
+	__u8 addr[16];
+	__u16 port;
+	__u16 pad;
+};
+
+struct allow_val {
+	__u64 expires_ns; /* CLOCK_BOOTTIME (bpf_ktime_get_boot_ns) */
+};
+
+/* listeners map: the sidecar's own listeners a sandbox may reach. */
+struct listener_key {
+	__u8 addr[16];
+	__u16 port;
+	__u8 proto; /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+};
+
+/* cidr map (LPM trie): address ranges named by policy rules, with their ports. */
+#define CIDR_PORTS 32
+
+struct cidr_key {
+	__u32 prefixlen; /* over addr, 96 + n for an IPv4 /n */
+	__u8 addr[16];
+};
+
+struct cidr_val {
+	__u32 n;                  /* ports used */
+	__u16 ports[CIDR_PORTS];
+	__u8 raw[CIDR_PORTS];     /* 1: protocol tcp rule, never redirected */
+};
+
+/* config map: one entry. */
+#define CFG_TRANSPARENT 1  /* redirect TCP to transparent ports */
+#define CFG_TRANSPARENT6 2 /* an IPv6 transparent listener exists */
+#define CFG_REPORT 4       /* policy in report mode: log what would be denied, deny nothing */
+
+struct settings {
+	__u32 flags;
+	__u32 t4_addr;  /* transparent listener, network byte order */
+	__u32 t6_addr[4];
+	__u16 t4_port;  /* network byte order */
+	__u16 t6_port;  /* network byte order */
+};
+
+/* Original destination of a redirected connection. */
+struct orig_dst {
+	__u8 addr[16];
+	__u16 port;
+	__u16 pad;
+};
+
+/* orig_tuple map key: the client's local address and port of a redirected connection,
+ * which is the peer address the transparent listener sees on accept. */
+struct tuple_key {
+	__u8 addr[16];
+	__u16 port;
+	__u16 pad;
+};
+
+/* marks (socket storage): the destination a socket was allowed to at connect time. The
+ * egress backstop lets a marked socket's packets to that destination pass, so a connection
+ * opened before its allow entry expired keeps working. */
+#define MARK_ANY 1 /* inbound (accepted) connection: replies go anywhere it came from */
+
+struct mark {
+	__u8 addr[16];
+	__u16 port;
+	__u8 flags;
+	__u8 pad;
+};
+
+/* Per-sandbox counters (per-CPU array, one entry). */
+struct counters {
+	__u64 bytes;
+	__u64 packets;
+	__u64 connections;
+	__u64 denies;
+	__u64 events_lost;
+};
+
+/* Deny event sent through the ring buffer. */
+struct event {
+	__u64 time_ns; /* CLOCK_BOOTTIME */
+	__u32 pid;
+	__u32 uid;
+	__u8 comm[16];
+	__u8 addr[16];
+	__u16 port;
+	__u8 proto;
+	__u8 hook;
+	__u8 reason;
+	__u8 family;
+	__u8 type;
+	__u8 report; /* 1: report mode, the hook allowed what enforce would deny */
+};
+
+/* meta map: the schema hash of the maps pinned beside it. */
+struct schema_info {
+	__u64 schema;
+};
+
+#endif

@@ -1,0 +1,167 @@
+package ebpf
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+)
+
+// DefaultPinRoot is where sandboxes' links and maps are pinned, one directory per sandbox.
+const DefaultPinRoot = "/sys/fs/bpf/airlock"
+
+// DefaultDenyEventsPerSecond is the rate at which deny events reach Config.OnDeny when
+// Config.DenyEventsPerSecond is zero.
+const DefaultDenyEventsPerSecond = 50
+
+// Proto is a transport protocol of a listener.
+type Proto uint8
+
+// The protocols a listener can have (IANA protocol numbers, as the kernel uses them).
+const (
+	TCP Proto = 6
+	UDP Proto = 17
+)
+
+// ListenerKind says which of the sidecar's listeners an address is. It only labels the
+// entry; every kind is reachable from the sandbox. The admin listener is never one of them.
+type ListenerKind uint8
+
+// The listener kinds.
+const (
+	ListenerProxy       ListenerKind = 1
+	ListenerTransparent ListenerKind = 2
+	ListenerDNS         ListenerKind = 3
+	ListenerLLM         ListenerKind = 4
+)
+
+// Listener is one of the sidecar's listeners that sandbox processes may connect to (TCP) or
+// send to (UDP).
+type Listener struct {
+	// Addr is the listening address. An unspecified address (0.0.0.0, ::) stands for the
+	// loopback address and every interface address of its family (:: also the IPv4 ones)
+	// as they are when the listener is set.
+	Addr netip.AddrPort
+	// Proto is TCP or UDP.
+	Proto Proto
+	// Kind labels the listener.
+	Kind ListenerKind
+}
+
+// CIDRRule is an address range a policy rule names, allowed for TCP on Ports.
+type CIDRRule struct {
+	// Prefix is the range; an IPv4 range also covers its IPv4-mapped IPv6 form.
+	Prefix netip.Prefix
+	// Ports are the allowed destination ports; at least one.
+	Ports []uint16
+	// Raw marks a `protocol: tcp` rule: its connections go straight to the destination even
+	// in transparent mode. Other CIDR rules' connections to a transparent port are
+	// redirected to the proxy like any other.
+	Raw bool
+}
+
+// Transparent configures transparent mode: TCP connections to Ports are redirected to the
+// transparent listener, which learns the original destination from OriginalDst.
+type Transparent struct {
+	// Addr4 is the IPv4 transparent listener. Required.
+	Addr4 netip.AddrPort
+	// Addr6 is the IPv6 transparent listener. Zero means none: native IPv6 connections to
+	// Ports are then denied (clients fall back to IPv4), never let through.
+	Addr6 netip.AddrPort
+	// Ports are the redirected destination ports (e.g. 80, 443); at most 16.
+	Ports []uint16
+}
+
+// Config configures an Enforcer. Sandbox and Cgroup are required; every other zero value is
+// usable.
+type Config struct {
+	// Sandbox names the pin directory (PinRoot/Sandbox) and the metrics. Letters, digits,
+	// '.', '_' and '-'. Required.
+	Sandbox string
+	// Cgroup is the sandbox's cgroup v2 directory. Required.
+	Cgroup string
+	// PinRoot is the bpffs directory holding one directory per sandbox. Empty means
+	// DefaultPinRoot; bpffs is mounted at /sys/fs/bpf when it is not.
+	PinRoot string
+	// Listeners are the sidecar's listeners the sandbox may reach. Nil means none.
+	Listeners []Listener
+	// CIDRs are the policy's address ranges. Nil means none.
+	CIDRs []CIDRRule
+	// Transparent enables transparent mode. Nil disables it.
+	Transparent *Transparent
+	// OnDeny receives deny events from the kernel, at most DenyEventsPerSecond (the rest are
+	// counted in DenyEvent.Suppressed of the next one delivered). It is called from one
+	// goroutine. Nil drops them.
+	OnDeny func(DenyEvent)
+	// DenyEventsPerSecond limits OnDeny. Zero means DefaultDenyEventsPerSecond.
+	DenyEventsPerSecond int
+	// Registerer gets the airlock_kernel_* metrics. Nil leaves them unregistered.
+	Registerer prometheus.Registerer
+	// Logger receives operational logs. Nil discards them.
+	Logger *logrus.Logger
+	// GCInterval is how often expired allow entries are removed. Zero means a minute.
+	GCInterval time.Duration
+	// Report puts the hooks in report mode (a policy's `mode: report`): what enforce would
+	// deny is allowed and reported (DenyEvent.Report), never refused. False enforces.
+	Report bool
+	// RequireAll makes Open fail when an optional hook cannot be loaded (the packet socket
+	// guard, which needs the BPF LSM active). False logs a warning and goes on without it.
+	// Production sets it.
+	RequireAll bool
+	// Now is the wall clock Allow's deadlines are read against. Nil means time.Now.
+	Now func() time.Time
+}
+
+var sandboxName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// validate checks c and fills in defaults. Errors wrap ErrInvalidConfig.
+func (c Config) validate() (Config, error) {
+	switch {
+	case !sandboxName.MatchString(c.Sandbox) || c.Sandbox == "." || c.Sandbox == "..":
+		return c, invalidf("sandbox name %q: use 1-64 letters, digits, '.', '_' or '-'", c.Sandbox)
+	case c.Cgroup == "":
+		return c, invalidf("Cgroup is required")
+	case c.DenyEventsPerSecond < 0, c.GCInterval < 0:
+		return c, invalidf("DenyEventsPerSecond and GCInterval must not be negative")
+	}
+	if c.PinRoot == "" {
+		c.PinRoot = DefaultPinRoot
+	}
+	c.PinRoot = filepath.Clean(c.PinRoot)
+	if c.DenyEventsPerSecond == 0 {
+		c.DenyEventsPerSecond = DefaultDenyEventsPerSecond
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	for _, l := range c.Listeners {
+		if !l.Addr.IsValid() || (l.Proto != TCP && l.Proto != UDP) {
+			return c, invalidf("listener %v/%d: want a valid address and TCP or UDP", l.Addr, l.Proto)
+		}
+	}
+	if _, err := compileCIDRs(c.CIDRs); err != nil {
+		return c, err
+	}
+	if t := c.Transparent; t != nil {
+		switch {
+		case !t.Addr4.IsValid() || !t.Addr4.Addr().Unmap().Is4():
+			return c, invalidf("transparent IPv4 listener %v: want an IPv4 address and port", t.Addr4)
+		case t.Addr6.IsValid() && (!t.Addr6.Addr().Is6() || t.Addr6.Addr().Is4In6()):
+			return c, invalidf("transparent IPv6 listener %v: want an IPv6 address and port", t.Addr6)
+		case len(t.Ports) == 0 || len(t.Ports) > 16:
+			return c, invalidf("transparent ports %v: want 1 to 16 ports", t.Ports)
+		}
+	}
+	return c, nil
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrInvalidConfig)
+}

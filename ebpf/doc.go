@@ -1,0 +1,17 @@
+// Package ebpf is the Go side of airlock's kernel enforcement: it loads the programs built
+// from bpf/airlock.c (bpf2go output committed beside gen.go), attaches them as bpf links to
+// one sandbox's cgroup v2 directory, pins links and maps under
+// /sys/fs/bpf/airlock/<sandbox>/, keeps the maps (allow entries from DNS answers, the
+// sidecar's listeners, policy CIDRs, transparent mode) up to date, turns deny events from
+// the ring buffer into callbacks, and exports the per-sandbox counters as metrics.
+//
+// Enforcement outlives the sidecar: Close releases the sidecar's handles but leaves the
+// pinned links attached, so a dead sidecar fails closed, and Open adopts what is pinned
+// (same map schema) or replaces it (new schema) while the cgroup stays under a deny-by-default
+// program throughout. Remove detaches and unpins a sandbox for good.
+//
+// It is the only package that imports github.com/cilium/ebpf, and it imports nothing of
+// airlock's: cmd/airlock wires it to the DNS filter (Enforcer satisfies the filter's
+// AllowMap), to the proxy's transparent listener (OriginalDst) and to the audit log.
+// Linux only.
+package ebpf
