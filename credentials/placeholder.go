@@ -1,0 +1,91 @@
+package credentials
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// PlaceholderPrefix starts every placeholder. A placeholder is
+//
+//	airlock-placeholder:<secret name>:<first 16 hex digits of HMAC-SHA256(key, name)>
+//
+// where key is the sidecar's placeholder key (placeholder.key in the state directory). A
+// placeholder is not secret: it only stands for a secret, and the proxy swaps it for the
+// value in requests to the rule's destinations and refuses it everywhere else.
+const PlaceholderPrefix = "airlock-placeholder:"
+
+// PlaceholderKeyFile and PlaceholdersFile are the files the placeholders live in, in the
+// state directory.
+const (
+	PlaceholderKeyFile = "placeholder.key"
+	PlaceholdersFile   = "placeholders.json"
+)
+
+// Placeholders maps secret names to placeholders and back.
+type Placeholders struct {
+	key []byte
+}
+
+// LoadPlaceholders reads the placeholder key from dir, creating it (0600) when missing.
+func LoadPlaceholders(dir string) (*Placeholders, error) {
+	path := filepath.Join(dir, PlaceholderKeyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		b = make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("create placeholder key: %w", err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create placeholder key: %w", err)
+		}
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("create placeholder key: %w", err)
+		}
+		return &Placeholders{key: b}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read placeholder key: %w", err)
+	}
+	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(key) < 16 {
+		return nil, fmt.Errorf("read placeholder key %s: not 32 hex-encoded bytes; delete it to make a new one", path)
+	}
+	return &Placeholders{key: key}, nil
+}
+
+// NewPlaceholders uses key (at least 16 bytes) as the placeholder key.
+func NewPlaceholders(key []byte) *Placeholders { return &Placeholders{key: slices.Clone(key)} }
+
+// For returns the placeholder of the secret called name.
+func (p *Placeholders) For(name string) string {
+	m := hmac.New(sha256.New, p.key)
+	m.Write([]byte(name))
+	return PlaceholderPrefix + name + ":" + hex.EncodeToString(m.Sum(nil))[:16]
+}
+
+// Write writes {"name": "placeholder", ...} for names to dir/placeholders.json (0644: the
+// placeholders are meant to be handed to the sandbox).
+func (p *Placeholders) Write(dir string, names []string) error {
+	m := make(map[string]string, len(names))
+	for _, n := range names {
+		m[n] = p.For(n)
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write placeholders: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, PlaceholdersFile), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write placeholders: %w", err)
+	}
+	return nil
+}

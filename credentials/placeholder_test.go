@@ -1,0 +1,75 @@
+package credentials
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+func TestPlaceholdersPersistAndWrite(t *testing.T) {
+	dir := t.TempDir()
+	p1, err := LoadPlaceholders(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, PlaceholderKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v, want mode 0600", fi, err)
+	}
+	p2, err := LoadPlaceholders(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := p1.For("github-token")
+	if ph != p2.For("github-token") || !strings.HasPrefix(ph, "airlock-placeholder:github-token:") || len(ph) != len("airlock-placeholder:github-token:")+16 {
+		t.Fatalf("placeholder %q not stable or not in the documented format", ph)
+	}
+	if p1.For("a") == p1.For("b") || NewPlaceholders([]byte("another key 0123456789")).For("github-token") == ph {
+		t.Fatal("placeholders do not depend on the name and the key")
+	}
+	if err := p1.Write(dir, []string{"github-token"}); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	b, _ := os.ReadFile(filepath.Join(dir, PlaceholdersFile))
+	if err := json.Unmarshal(b, &m); err != nil || m["github-token"] != ph {
+		t.Fatalf("placeholders.json: %s (%v)", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, PlaceholderKeyFile), []byte("not hex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPlaceholders(dir); err == nil {
+		t.Fatal("a corrupt key file was accepted")
+	}
+}
+
+func TestFileSource(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "tok")
+	if err := os.WriteFile(f, []byte("file-secret\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := FileSource{}.Fetch(context.Background(), "tok", policy.Secret{File: f})
+	if err != nil || v.Secret != "file-secret" {
+		t.Fatalf("got %q, %v", v.Secret, err)
+	}
+	for _, path := range []string{filepath.Join(dir, "missing"), writeEmpty(t, dir)} {
+		if _, err := (FileSource{}).Fetch(context.Background(), "tok", policy.Secret{File: path}); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s: got %v, want ErrUnavailable", path, err)
+		}
+	}
+}
+
+func writeEmpty(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "empty")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
