@@ -1,0 +1,73 @@
+package llmproxy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// Keys returns the current value of a named policy secret; it fails closed.
+//
+// Value must return an error, never an empty value, when the secret cannot be had; the proxy
+// then answers the caller 503 without sending anything upstream. The credential broker
+// satisfies it.
+type Keys interface {
+	Value(ctx context.Context, secret string) (string, error)
+}
+
+// PolicySource returns the policy in force; policy.Store satisfies it.
+type PolicySource interface {
+	Current() *policy.Policy
+}
+
+// Config configures a Proxy. Policy, Keys, Ledger and Audit are required; every other zero value
+// is usable.
+type Config struct {
+	// Policy supplies the models, providers and budget, read afresh for every call.
+	Policy PolicySource
+	// Keys supplies provider keys by secret name.
+	Keys Keys
+	// Ledger persists usage; the budget starts from its totals. The Proxy does not close it.
+	Ledger *Ledger
+	// Audit receives one event per call. Required.
+	Audit *audit.Logger
+	// Logger receives operational logs (never a key or a prompt); nil means a logger that
+	// discards.
+	Logger logrus.FieldLogger
+	// Registerer receives the metrics; nil means they are not exported.
+	Registerer prometheus.Registerer
+	// Resolver resolves provider names; nil means the Go resolver.
+	Resolver *net.Resolver
+	// SelfAddrs are the sidecar's own listeners, never dialled (no call may loop back).
+	SelfAddrs []netip.AddrPort
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// RetryBackoff is the first retry's delay, doubled for each further one (with jitter up
+	// to the same again) and raised to a provider's Retry-After up to MaxRetryWait. Zero
+	// means 250ms.
+	RetryBackoff time.Duration
+	// MaxRetryWait caps one wait between retries. Zero means 5s.
+	MaxRetryWait time.Duration
+	// MaxBodyBytes caps a request body; larger ones get 413. Zero means 32 MiB.
+	MaxBodyBytes int64
+}
+
+// Defaults of Config and policy.Provider fields.
+const (
+	DefaultConnectTimeout   = 10 * time.Second
+	DefaultFirstByteTimeout = 60 * time.Second
+	DefaultChunkTimeout     = 60 * time.Second
+	DefaultRetries          = 2
+	defaultRetryBackoff     = 250 * time.Millisecond
+	defaultMaxRetryWait     = 5 * time.Second
+	defaultMaxBodyBytes     = 32 << 20
+	// maxResponseBytes caps a non-streamed provider answer airlock reads to count its usage.
+	maxResponseBytes = 64 << 20
+)

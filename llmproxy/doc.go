@@ -1,0 +1,18 @@
+// Package llmproxy owns the sandbox's local model API: OpenAI-compatible (/v1/chat/completions,
+// /v1/completions, /v1/embeddings, /v1/responses, /v1/models) and Anthropic-compatible
+// (/v1/messages, /v1/messages/count_tokens) endpoints that route each call by its model to the
+// provider the policy names, with the provider key added outside the sandbox, the model
+// allowlist and the sandbox's budget enforced before anything is sent, streams passed through
+// event by event, and every call's real usage settled in an append-only ledger.
+//
+// What it does not own: where keys come from (the Keys interface; cmd/airlock passes the
+// credential broker or a development source), the policy (policy.Store), listeners other
+// than its own, the audit log's sink. It imports policy and audit and nothing else of ours;
+// cmd/airlock wires it. proxy and dnsfilter never import it, nor it them.
+//
+// The path of one call (handler.go): parse the request (request.go) → find the model's route
+// (routes.go) → reserve its worst case in the budget (budget.go) and the ledger (ledger.go)
+// → fetch the provider key → dispatch with retries and fallbacks before the first byte
+// (upstream.go) → pass the answer through, counting usage (stream.go, usage.go) → settle the
+// reservation to the real usage → one audit event and metrics.
+package llmproxy

@@ -1,0 +1,129 @@
+package llmproxy
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors. Functions document which of them they may return; test with errors.Is.
+var (
+	// ErrLedgerCorrupt is returned by OpenLedger and ReadLedger when a ledger line other
+	// than the last fails its checksum: the file was changed, and no budget can be trusted.
+	ErrLedgerCorrupt = errors.New("usage ledger corrupt")
+	// ErrBudgetExhausted is returned by Budget.Reserve when a lifetime cap (tokens, usd)
+	// cannot cover the call's reservation.
+	ErrBudgetExhausted = errors.New("budget exhausted")
+	// ErrRateLimited is returned by Budget.Reserve when a per-minute cap is reached; the
+	// *BudgetError says when to retry.
+	ErrRateLimited = errors.New("rate limit reached")
+	// ErrInternalAddress is returned by the provider dialer when the provider's name resolves
+	// only to internal addresses and the provider does not set allowInternal.
+	ErrInternalAddress = errors.New("provider resolves to an internal address")
+)
+
+// BudgetError is a refused reservation: it unwraps to ErrBudgetExhausted or ErrRateLimited.
+type BudgetError struct {
+	Err error
+	// Cap names the cap that refused: "tokens", "usd", "requestsPerMinute", "tokensPerMinute".
+	Cap string
+	// Message says what was asked and what is left, for the caller.
+	Message string
+	// RetryAfter is when a rate-limited call may succeed; zero for a lifetime cap.
+	RetryAfter time.Duration
+}
+
+func (e *BudgetError) Error() string { return e.Message }
+
+// Unwrap returns Err.
+func (e *BudgetError) Unwrap() error { return e.Err }
+
+// family is the error and wire format a caller expects: the OpenAI one or the Anthropic one.
+type family int
+
+const (
+	familyOpenAI family = iota
+	familyAnthropic
+)
+
+// apiError is an error answered by airlock itself (not passed through from a provider).
+type apiError struct {
+	status int
+	// code is the OpenAI "code" and the X-Airlock-Error header value.
+	code string
+	// openaiType is the OpenAI error "type"; Anthropic's is derived from status.
+	openaiType string
+	message    string
+	retryAfter time.Duration
+	// deny marks a policy decision (model, budget): X-Airlock-Decision: deny.
+	deny bool
+}
+
+// anthropicErrorType maps a status to the Anthropic error type of that status.
+func anthropicErrorType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
+	}
+	return "api_error"
+}
+
+// write answers e in the family's format: OpenAI {"error":{message,type,param,code}},
+// Anthropic {"type":"error","error":{type,message}}.
+func (e *apiError) write(w http.ResponseWriter, f family) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Airlock-Error", e.code)
+	if e.deny {
+		h.Set("X-Airlock-Decision", "deny")
+	}
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
+	}
+	w.WriteHeader(e.status)
+	_, _ = w.Write(e.body(f))
+}
+
+// body is the JSON error body in the family's format.
+func (e *apiError) body(f family) []byte {
+	var v any
+	if f == familyAnthropic {
+		v = map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(e.status), "message": e.message}}
+	} else {
+		v = map[string]any{"error": map[string]any{"message": e.message, "type": e.openaiType, "param": nil, "code": e.code}}
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func badRequest(msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: "invalid_request", openaiType: "invalid_request_error", message: msg}
+}
+
+// budgetError maps a refused reservation to a 429.
+func budgetAPIError(be *BudgetError) *apiError {
+	e := &apiError{status: http.StatusTooManyRequests, message: be.Message, retryAfter: be.RetryAfter, deny: true}
+	if errors.Is(be, ErrRateLimited) {
+		e.code, e.openaiType = "rate_limit_exceeded", "requests"
+		if be.Cap == "tokensPerMinute" {
+			e.openaiType = "tokens"
+		}
+	} else {
+		e.code, e.openaiType = "budget_exhausted", "insufficient_quota"
+	}
+	return e
+}

@@ -1,0 +1,169 @@
+package llmproxy
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// usage is what a provider reported for one call.
+type usage struct {
+	input, output int64
+	known         bool
+}
+
+// wireUsage holds the usage fields of every API: OpenAI chat, completions and embeddings
+// (prompt_tokens, completion_tokens), Responses and Anthropic (input_tokens, output_tokens,
+// and Anthropic's prompt-cache counts, which are input too).
+type wireUsage struct {
+	PromptTokens             *int64 `json:"prompt_tokens"`
+	CompletionTokens         *int64 `json:"completion_tokens"`
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+}
+
+// merge applies w over u: fields present in w replace u's.
+func (u *usage) merge(w *wireUsage) {
+	if w == nil {
+		return
+	}
+	if w.PromptTokens != nil {
+		u.input, u.known = *w.PromptTokens, true
+	}
+	if w.InputTokens != nil {
+		u.input, u.known = *w.InputTokens+w.CacheCreationInputTokens+w.CacheReadInputTokens, true
+	}
+	if w.CompletionTokens != nil {
+		u.output, u.known = *w.CompletionTokens, true
+	}
+	if w.OutputTokens != nil {
+		u.output, u.known = *w.OutputTokens, true
+	}
+}
+
+// bodyUsage reads the usage of a non-streamed answer.
+func bodyUsage(body []byte) usage {
+	var v struct {
+		Usage *wireUsage `json:"usage"`
+	}
+	var u usage
+	if json.Unmarshal(body, &v) == nil {
+		u.merge(v.Usage)
+	}
+	return u
+}
+
+// eventAction is what the stream pump does with one event.
+type eventAction int
+
+const (
+	forward eventAction = iota
+	drop                // the usage chunk an OpenAI caller did not ask for
+)
+
+// streamMeter counts a stream's usage event by event, in the endpoint's format.
+type streamMeter struct {
+	ep        endpoint
+	wantUsage bool
+	u         usage
+	// deltas counts output events (a lower bound of output tokens: a delta carries at least
+	// one token).
+	deltas int64
+	// upstreamError is set when the provider sent an error event.
+	upstreamError bool
+	done          bool
+}
+
+var (
+	dataDone     = []byte("[DONE]")
+	usageKey     = []byte(`"usage"`)
+	errorKey     = []byte(`"error"`)
+	choicesEmpty = []byte(`"choices":[]`)
+)
+
+// observe looks at one event (its "event:" name and joined "data:") and says what to do.
+func (m *streamMeter) observe(name string, data []byte) eventAction {
+	switch m.ep {
+	case epChat, epCompletions:
+		if bytes.Equal(bytes.TrimSpace(data), dataDone) {
+			m.done = true
+			return forward
+		}
+		if !bytes.Contains(data, usageKey) {
+			if bytes.HasPrefix(bytes.TrimSpace(data), []byte(`{"error"`)) {
+				m.upstreamError = true
+			} else if !bytes.Contains(data, choicesEmpty) {
+				m.deltas++
+			}
+			return forward
+		}
+		var v struct {
+			Usage   *wireUsage        `json:"usage"`
+			Choices []json.RawMessage `json:"choices"`
+			Error   json.RawMessage   `json:"error"`
+		}
+		if json.Unmarshal(data, &v) != nil {
+			return forward
+		}
+		if v.Error != nil {
+			m.upstreamError = true
+		}
+		if len(v.Choices) > 0 {
+			m.deltas++
+		}
+		if v.Usage != nil {
+			m.u.merge(v.Usage)
+			if len(v.Choices) == 0 && !m.wantUsage {
+				return drop
+			}
+		}
+	case epMessages:
+		switch name {
+		case "content_block_delta":
+			m.deltas++
+		case "message_start":
+			var v struct {
+				Message struct {
+					Usage *wireUsage `json:"usage"`
+				} `json:"message"`
+			}
+			if json.Unmarshal(data, &v) == nil {
+				m.u.merge(v.Message.Usage)
+			}
+		case "message_delta":
+			var v struct {
+				Usage *wireUsage `json:"usage"`
+			}
+			if json.Unmarshal(data, &v) == nil {
+				m.u.merge(v.Usage)
+			}
+		case "message_stop":
+			m.done = true
+		case "error":
+			m.upstreamError = true
+		}
+	case epResponses:
+		switch name {
+		case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
+			"response.reasoning_summary_text.delta":
+			m.deltas++
+		case "response.completed", "response.incomplete", "response.failed":
+			var v struct {
+				Response struct {
+					Usage *wireUsage `json:"usage"`
+				} `json:"response"`
+			}
+			if json.Unmarshal(data, &v) == nil {
+				m.u.merge(v.Response.Usage)
+			}
+			m.done = true
+		case "error":
+			m.upstreamError = true
+		}
+	}
+	if bytes.HasPrefix(data, []byte(`{"error"`)) && bytes.Contains(data, errorKey) {
+		m.upstreamError = true
+	}
+	return forward
+}
