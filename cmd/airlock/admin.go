@@ -20,8 +20,9 @@ import (
 //	/readyz        200 once every listener is up and a policy is loaded, else 503
 //	/metrics       Prometheus metrics
 //	/v1/decisions  the most recent audit events, newest first (JSON)
+//	/v1/usage      model usage per model and the budget left (JSON; 404 with --llm-addr off)
 //	/debug/pprof/  Go profiles, only with withPprof (--admin-pprof)
-func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Logger, ready <-chan struct{}, withPprof bool) *http.Server {
+func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Logger, ready <-chan struct{}, withPprof bool, usage http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -42,6 +43,7 @@ func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Log
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"decisions": al.Recent()})
 	})
+	mux.Handle("GET /v1/usage", usage)
 	if withPprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

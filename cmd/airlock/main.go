@@ -59,6 +59,7 @@ func commands() []command {
 		{"run", "serve the egress proxy and admin endpoints for one sandbox", runCmd},
 		{"policy", "check, explain and test policy files (policy check|explain|test)", policyCmd},
 		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
+		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
 		{"version", "print the version", versionCmd},
 	}
 }

@@ -150,9 +150,10 @@ func TestRunRefusesWhatThisBuildCannotEnforce(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"cgroup", []string{"--cgroup", "/sys/fs/cgroup/x"}, "kernel enforcement"},
+		{"production, cgroup that cannot be enforced", []string{"--environment", "production", "--cgroup", "/nonexistent-airlock-cgroup",
+			"--proxy-addr", "127.0.0.1:0", "--admin-addr", "off", "--transparent-addr", "off"}, "kernel enforcement on /nonexistent-airlock-cgroup unavailable"},
 		{"production", []string{"--environment", "production"}, "production requires kernel enforcement"},
-		{"dns listener", []string{"--dns-addr", "127.0.0.1:5353"}, "dns-addr"},
+		{"dns listener address", []string{"--dns-addr", "localhost:53"}, "--dns-addr \"localhost:53\": want ip:port"},
 		{"bad environment", []string{"--environment", "prod"}, "use production, staging or development"},
 	}
 	for _, tc := range tests {

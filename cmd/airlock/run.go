@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,8 +27,9 @@ import (
 const runLong = `
 Serve the egress proxy for one sandbox: the explicit HTTP/HTTPS proxy (absolute-form requests
 and CONNECT), decided against the policy before any upstream connection, with TLS interception
-only for rules that need it, and the admin endpoints (/healthz, /readyz, /metrics,
-/v1/decisions). Audit events go to stderr as JSON lines and, with --audit-log, to a file.
+only for rules that need it, the local model API (--llm-addr: OpenAI- and Anthropic-compatible,
+provider keys, model allowlist and budget held here, usage in the state directory's ledger),
+and the admin endpoints (/healthz, /readyz, /metrics, /v1/decisions, /v1/usage). Audit events go to stderr as JSON lines and, with --audit-log, to a file.
 
 The policy is reloaded on SIGHUP and when its file changes; a new policy that does not load
 leaves the old one in force and logs why. SIGTERM or SIGINT stops the sidecar gracefully.
@@ -39,21 +39,23 @@ on. An address set to "off" disables that listener.`
 
 // runConfig is everything airlock run is told by flags and environment.
 type runConfig struct {
-	policyFile      string
-	proxyAddr       string
-	transparentAddr string
-	dnsAddr         string
-	llmAddr         string
-	adminAddr       string
-	stateDir        string
-	cgroup          string
-	environment     string
-	auditLog        string
-	upstreamDNS     string
-	sandbox         string
-	logLevel        string
-	adminPprof      bool
-	limits          limits
+	policyFile       string
+	proxyAddr        string
+	transparentAddr  string
+	dnsAddr          string
+	llmAddr          string
+	adminAddr        string
+	stateDir         string
+	cgroup           string
+	transparentPorts string
+	environment      string
+	auditLog         string
+	upstreamDNS      string
+	sandbox          string
+	logLevel         string
+	adminPprof       bool
+	limits           limits
+	creds            *credConfig
 }
 
 // limits are the proxy's resource limits, as flags.
@@ -72,11 +74,12 @@ func runFlags(stderr io.Writer) (*flagSet, *runConfig) {
 	fs.StringVar(&c.policyFile, "policy", "", "policy YAML file (required)")
 	fs.StringVar(&c.proxyAddr, "proxy-addr", "127.0.0.1:3128", "explicit proxy listener (HTTP_PROXY/HTTPS_PROXY point here)")
 	fs.StringVar(&c.transparentAddr, "transparent-addr", "127.0.0.1:15001", "transparent proxy listener for kernel-redirected connections (needs --cgroup)")
-	fs.StringVar(&c.dnsAddr, "dns-addr", "127.0.0.1:5353", "DNS filter listener (not in this build: must be off or left at its default)")
-	fs.StringVar(&c.llmAddr, "llm-addr", "127.0.0.1:4000", "local model API listener (not in this build: must be off or left at its default)")
+	fs.StringVar(&c.dnsAddr, "dns-addr", "127.0.0.1:5353", "DNS filter listener, UDP and TCP (the sandbox's resolver: :53 in a pod); off disables it")
+	fs.StringVar(&c.llmAddr, "llm-addr", "127.0.0.1:4000", "local model API listener (OpenAI- and Anthropic-compatible); off disables it")
 	fs.StringVar(&c.adminAddr, "admin-addr", "127.0.0.1:9090", "admin listener: /healthz, /readyz, /metrics, /v1/decisions")
 	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory (TLS interception CA)")
-	fs.StringVar(&c.cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement to (not in this build)")
+	fs.StringVar(&c.cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement (eBPF) to; pins under /sys/fs/bpf/airlock/<sandbox>")
+	fs.StringVar(&c.transparentPorts, "transparent-ports", defaultTransparentPorts, "TCP ports the kernel redirects to the transparent listener (with --cgroup)")
 	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses to run without kernel enforcement")
 	fs.StringVar(&c.auditLog, "audit-log", "", "also append audit events (JSON lines) to this file")
 	fs.StringVar(&c.upstreamDNS, "upstream-dns", "", "resolver the sidecar uses (host:port); default: the policy's dns.upstreams, else /etc/resolv.conf")
@@ -89,6 +92,7 @@ func runFlags(stderr io.Writer) (*flagSet, *runConfig) {
 	fs.DurationVar(&c.limits.ResponseHeaderTimeout, "response-header-timeout", 60*time.Second, "wait this long for upstream response headers (504 when exceeded)")
 	fs.IntVar(&c.limits.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted")
 	fs.Int64Var(&c.limits.MaxRequestBodyBytes, "max-request-body", 100<<20, "largest request body accepted (413 beyond)")
+	c.creds = credentialFlags(fs)
 	return fs, c
 }
 
@@ -121,21 +125,20 @@ func (c *runConfig) validate(fs *flagSet) error {
 	default:
 		return failf("--environment %q: use production, staging or development", c.environment)
 	}
-	if c.cgroup != "" {
-		return failf("--cgroup %s: kernel enforcement is not part of this build yet", c.cgroup)
-	}
-	if c.environment == "production" {
-		return failf("--environment production requires kernel enforcement (--cgroup), which this build does not have yet; use staging or development")
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, l := range []struct{ name, value string }{{"dns-addr", c.dnsAddr}, {"llm-addr", c.llmAddr}} {
-		if (given[l.name] || os.Getenv(envName(l.name)) != "") && l.value != "off" {
-			return failf("--%s %s: this listener is not part of this build yet; set it to off", l.name, l.value)
-		}
+	if c.environment == "production" && c.cgroup == "" {
+		return failf("--environment production requires kernel enforcement: set --cgroup to the sandbox's cgroup v2 directory")
 	}
 	if c.proxyAddr == "off" {
 		return failf("--proxy-addr off: the explicit proxy is the only egress path in this build")
+	}
+	if err := validateKernel(c); err != nil {
+		return err
+	}
+	if err := validateDNS(c); err != nil {
+		return err
+	}
+	if err := c.creds.validate(); err != nil {
+		return err
 	}
 	switch c.logLevel {
 	case "debug", "info", "warn", "error":
@@ -147,14 +150,20 @@ func (c *runConfig) validate(fs *flagSet) error {
 
 // sidecar is a running airlock: what serve started and must stop.
 type sidecar struct {
-	log     *logrus.Logger
-	audit   *audit.Logger
-	store   *policy.Store
-	proxy   *proxy.Proxy
-	admin   *http.Server
-	ready   chan struct{}
-	errs    chan error
-	serving int
+	log    *logrus.Logger
+	audit  *audit.Logger
+	store  *policy.Store
+	proxy  *proxy.Proxy
+	creds  *credentialBroker
+	llm    *llmSidecar
+	kernel *kernel
+	dns    *dnsListener
+	admin  *http.Server
+	// listeners are the TCP listeners start opened itself; stop closes them.
+	listeners []net.Listener
+	ready     chan struct{}
+	errs      chan error
+	serving   int
 }
 
 // defaultGCPercent is the GC target airlock runs with unless GOGC is set. The proxy's live
@@ -167,6 +176,7 @@ func serve(ctx context.Context, cfg *runConfig, stderr io.Writer) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+	stderr = cfg.creds.redact(stderr) // no secret value reaches a log line or an audit event
 	log := logrus.New()
 	log.SetOutput(stderr)
 	log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
@@ -177,7 +187,8 @@ func serve(ctx context.Context, cfg *runConfig, stderr io.Writer) error {
 	if err != nil {
 		return loadErr(err)
 	}
-	al, err := audit.New(audit.Options{Sandbox: cfg.sandbox, Writer: stderr, File: cfg.auditLog, Keep: 256})
+	al, err := audit.New(audit.Options{Sandbox: cfg.sandbox, Writer: stderr, File: cfg.auditLog, Keep: 256,
+		Redact: cfg.creds.redactor.Bytes})
 	if err != nil {
 		return failf("open audit log: %v", err)
 	}
@@ -220,31 +231,49 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s = &sidecar{log: log, audit: al, store: policy.NewStore(cfg.policyFile, pol), ready: make(chan struct{}), errs: make(chan error, 4)}
+	started := s // the error returns below set s to nil
 	defer func() {
 		if err != nil {
-			s.stop()
+			started.stop()
 		}
 	}()
 
-	proxyLn, err := net.Listen("tcp", cfg.proxyAddr)
+	proxyLn, err := s.listen("proxy-addr", cfg.proxyAddr)
 	if err != nil {
-		return nil, failf("--proxy-addr: %v", err)
+		return nil, err
 	}
 	var adminLn net.Listener
 	if cfg.adminAddr != "off" {
-		if adminLn, err = net.Listen("tcp", cfg.adminAddr); err != nil {
-			proxyLn.Close()
-			return nil, failf("--admin-addr: %v", err)
+		if adminLn, err = s.listen("admin-addr", cfg.adminAddr); err != nil {
+			return nil, err
 		}
 	}
+	if s.dns, err = listenDNS(cfg); err != nil {
+		return nil, err
+	}
+	// Kernel enforcement before the proxy: the transparent listener needs it, and the DNS
+	// filter writes into its allow map (s.dns.start below); the proxy's transparent listener
+	// asks the filter which addresses it handed out for a name (NameAddrs).
+	if s.kernel, err = startKernel(cfg, pol, log, al, reg, proxyLn); err != nil {
+		return nil, err
+	}
+	if s.creds, err = startCredentials(cfg, cfg.creds, s.store, log, al, reg); err != nil {
+		return nil, err
+	}
+	if err = s.dns.start(cfg, s, reg, s.kernel.allowMap()); err != nil {
+		return nil, err
+	}
 	s.proxy, err = proxy.New(proxy.Config{
-		Policy:     s.store,
-		Resolver:   resolver,
-		Audit:      al,
-		Logger:     log,
-		Registerer: reg,
-		CA:         ca,
-		SelfAddrs:  listenerAddrs(proxyLn, adminLn),
+		Policy:      s.store,
+		Resolver:    resolver,
+		Audit:       al,
+		Logger:      log,
+		Registerer:  reg,
+		CA:          ca,
+		SelfAddrs:   append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...),
+		NameAddrs:   s.dns.nameAddrs(),
+		OriginalDst: s.kernel.originalDst(),
+		Injector:    s.creds.injector(),
 
 		MaxTunnels:            cfg.limits.MaxTunnels,
 		DialTimeout:           cfg.limits.DialTimeout,
@@ -254,21 +283,35 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 		MaxRequestBodyBytes:   cfg.limits.MaxRequestBodyBytes,
 	})
 	if err != nil {
-		proxyLn.Close()
-		if adminLn != nil {
-			adminLn.Close()
-		}
 		return nil, failf("%v", err)
 	}
 	s.goServe("proxy", func() error { return s.proxy.Serve(proxyLn) })
+	s.dns.serve(s)
+	if s.llm, err = startLLM(cfg, s, reg, resolver, al, append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...)); err != nil {
+		return nil, err
+	}
 	if adminLn != nil {
-		s.admin = newAdminServer(reg, s.store, al, s.ready, cfg.adminPprof)
+		s.admin = newAdminServer(reg, s.store, al, s.ready, cfg.adminPprof, s.llm.usageHandler())
 		s.goServe("admin", func() error { return s.admin.Serve(adminLn) })
 	}
-	if cfg.transparentAddr != "off" {
+	if s.kernel != nil && s.kernel.transparentLn != nil {
+		ln := s.kernel.transparentLn
+		s.goServe("transparent", func() error { return s.proxy.ServeTransparent(ln) })
+	} else if cfg.transparentAddr != "off" {
 		log.WithField("transparent", cfg.transparentAddr).Info("transparent listener not started: it needs kernel enforcement (--cgroup) to learn original destinations")
 	}
 	return s, nil
+}
+
+// listen opens a TCP listener for the flag and remembers it, so that stop closes it even when
+// start fails before a server took it over.
+func (s *sidecar) listen(flagName, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, failf("--%s: %v", flagName, err)
+	}
+	s.listeners = append(s.listeners, ln)
+	return ln, nil
 }
 
 // goServe runs a listener's serve loop; an unexpected end is reported on s.errs.
@@ -294,6 +337,15 @@ func (s *sidecar) stop() {
 			s.log.WithError(err).Warn("proxy shutdown did not finish cleanly")
 		}
 	}
+	s.llm.stop(ctx)
+	if err := s.dns.close(ctx); err != nil {
+		s.log.WithError(err).Warn("DNS filter shutdown did not finish cleanly")
+	}
+	s.creds.close(ctx) // revoke leases: the sandbox's end
+	s.kernel.close()
+	for _, ln := range s.listeners {
+		_ = ln.Close() // already closed by its server's Shutdown, unless start failed first
+	}
 }
 
 // watchPolicy reloads the policy on SIGHUP and on file change, logging and auditing each
@@ -306,6 +358,10 @@ func (s *sidecar) watchPolicy(ctx context.Context, file string) {
 			ev.Decision, ev.Error, ev.Policy = audit.DecisionDeny, err.Error(), s.store.Current().Name()
 		} else {
 			s.log.WithFields(logrus.Fields{"policy": p.Name(), "mode": p.Mode()}).Info("policy reloaded")
+			s.dns.policyChanged(s, p)
+			if err := s.kernel.reload(p); err != nil {
+				s.log.WithField("error", err.Error()).Error("kernel CIDR rules not updated after policy reload")
+			}
 			ev.Decision, ev.Policy = audit.DecisionAllow, p.Name()
 		}
 		s.audit.Log(ev)

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/airlock-dev/airlock/llmproxy"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+const usageLong = `
+Print the model usage recorded in the state directory's ledger (llm-ledger.jsonl): per model,
+requests, input and output tokens and cost, and the total. With --policy, also the budget
+(spec.llm.budget) and what is left of it. The ledger is read, never changed, so this is safe
+while the sidecar runs; reservations of calls still in flight are listed as pending.
+
+A ledger line that fails its checksum (other than a torn last line) is an error: the file was
+changed and no total can be trusted.`
+
+func usageCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("usage", "airlock usage [--state-dir DIR] [--policy FILE] [--json]", usageLong, stderr)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory holding the ledger (env AIRLOCK_STATE_DIR)")
+	policyFile := fs.String("policy", "", "policy whose llm.budget to report what is left of (env AIRLOCK_POLICY)")
+	asJSON := fs.Bool("json", false, "print the report as JSON (the admin /v1/usage format)")
+	rest, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	totals, err := llmproxy.ReadLedger(*stateDir)
+	if err != nil {
+		return failf("%v", err)
+	}
+	var caps policy.Budget
+	if *policyFile != "" {
+		pol, err := policy.Load(*policyFile)
+		if err != nil {
+			return loadErr(err)
+		}
+		caps = pol.LLM().Budget
+	}
+	var pending llmproxy.BudgetState
+	for _, r := range totals.Pending {
+		pending.HeldTokens += r.Input + r.Output
+		pending.HeldNano += r.CostNano
+	}
+	rep := llmproxy.Report(totals, caps, pending)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printUsage(stdout, rep, len(totals.Pending))
+	return nil
+}
+
+// printUsage prints the report as a table.
+func printUsage(w io.Writer, u llmproxy.Usage, pending int) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "MODEL\tPROVIDER\tREQUESTS\tINPUT TOKENS\tOUTPUT TOKENS\tCOST USD\t")
+	for _, m := range u.Models {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.6f\t\n", m.Model, m.Provider, m.Requests, m.Input, m.Output, m.CostUSD)
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.6f\t\n", "total", "", u.Total.Requests, u.Total.Input, u.Total.Output, u.Total.CostUSD)
+	tw.Flush()
+	var b []string
+	if u.Budget.Tokens != nil {
+		b = append(b, fmt.Sprintf("tokens: %d of %d left", *u.Budget.TokensRemaining, *u.Budget.Tokens))
+	}
+	if u.Budget.USD != nil {
+		b = append(b, fmt.Sprintf("usd: $%.6f of $%.2f left", *u.Budget.USDRemaining, *u.Budget.USD))
+	}
+	switch {
+	case len(b) > 0:
+		fmt.Fprintf(w, "budget: %s\n", strings.Join(b, "; "))
+	default:
+		fmt.Fprintln(w, "budget: no lifetime cap (pass --policy to show one)")
+	}
+	if u.Total.Estimated > 0 {
+		fmt.Fprintf(w, "%d call(s) charged at their reservation (usage unknown: stream cut or interrupted)\n", u.Total.Estimated)
+	}
+	if pending > 0 {
+		fmt.Fprintf(w, "%d call(s) in flight: %d tokens reserved\n", pending, u.Budget.ReservedTokens)
+	}
+}
