@@ -47,6 +47,8 @@ func airlockBinary(t testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
+	// Kernel tests re-execute this binary as the sandbox probe (internal/testnet).
+	testnet.RunProbeIfRequested()
 	code := m.Run()
 	if build.dir != "" {
 		os.RemoveAll(build.dir)

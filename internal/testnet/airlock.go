@@ -76,6 +76,10 @@ type AirlockConfig struct {
 	Args []string
 	// Env are extra environment variables ("K=V") for the process.
 	Env []string
+	// HostMounts runs the process with the host's mounts (Netns.CommandHostMounts) instead
+	// of `ip netns exec`, which remounts /sys and so hides /sys/fs/cgroup and /sys/fs/bpf.
+	// Kernel enforcement (--cgroup) needs it.
+	HostMounts bool
 }
 
 // Airlock is a running `airlock run` inside the sidecar namespace, stopped with SIGTERM when
@@ -99,6 +103,7 @@ type Airlock struct {
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when the process has exited
 	err    error         // cmd.Wait's result, set before done is closed
+	killed bool          // Kill was called: the exit is expected
 }
 
 // StartAirlock writes the policy, starts `airlock run` in the sidecar namespace with every
@@ -149,7 +154,11 @@ func (w *World) StartAirlock(t testing.TB, cfg AirlockConfig) *Airlock {
 		"--sandbox", sandbox,
 	}
 	args = append(args, cfg.Args...)
-	a.cmd = w.Sidecar.Command(context.Background(), cfg.Binary, args...)
+	if cfg.HostMounts {
+		a.cmd = w.Sidecar.CommandHostMounts(context.Background(), cfg.Binary, args...)
+	} else {
+		a.cmd = w.Sidecar.Command(context.Background(), cfg.Binary, args...)
+	}
 	a.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + dir,
@@ -214,7 +223,9 @@ func (a *Airlock) waitReady(t testing.TB) {
 func (a *Airlock) stop(t testing.TB) {
 	select {
 	case <-a.done:
-		t.Errorf("airlock exited while the test was running: %v", a.err)
+		if !a.killed {
+			t.Errorf("airlock exited while the test was running: %v", a.err)
+		}
 	default:
 		_ = a.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -234,6 +245,26 @@ func (a *Airlock) stop(t testing.TB) {
 			t.Logf("airlock stdout:\n%s", out)
 		}
 	}
+}
+
+// Stop stops the process now, as the test's cleanup would (SIGTERM, wait, fail the test on an
+// unclean exit), for tests that check what happens at shutdown; the cleanup then does
+// nothing more.
+func (a *Airlock) Stop(t testing.TB) {
+	t.Helper()
+	a.stop(t)
+	a.killed = true
+}
+
+// Kill sends SIGKILL (a crashed sidecar) and waits for the process to exit; the test's
+// cleanup then expects no clean exit.
+func (a *Airlock) Kill(t testing.TB) {
+	t.Helper()
+	a.killed = true
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill airlock: %v", err)
+	}
+	<-a.done
 }
 
 // Signal sends sig to the process (SIGHUP reloads the policy).
