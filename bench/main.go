@@ -50,6 +50,7 @@ type config struct {
 	loadgen      string        // "wrk" or "go"
 	squidWorkers int           // Squid "workers"; 1 runs it with -N, more in SMP mode
 	keep         bool          // keep the temporary directory with every log
+	dns          bool          // also run the DNS section (dns.go)
 }
 
 const (
@@ -82,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.loadgen, "loadgen", "wrk", "load generator: wrk, or go (built-in fallback; figures not comparable with wrk's)")
 	fs.IntVar(&c.squidWorkers, "squid-workers", 1, "Squid worker processes (1 = Squid's default; more = SMP mode)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory with configs and logs")
+	fs.BoolVar(&c.dns, "dns", true, "also measure the DNS filter against dnsmasq with dnsperf (needs root: runs in its own network namespace)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy, next to a bare\nnet/http forwarder (go-nethttp) as the reference.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -138,6 +140,10 @@ func main() {
 			os.Exit(runUpstreamChild())
 		case nethttpRole:
 			os.Exit(runNetHTTPProxyChild())
+		case kernelConnectRole:
+			os.Exit(runKernelConnectChild())
+		case llmProviderRole:
+			os.Exit(runLLMProviderChild())
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -192,6 +198,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 130
 	}
 	printReport(stdout, cfg, gen, e, legs)
+	printInjectReport(stdout, legs)
+	if cfg.dns {
+		rep := runDNSBench(ctx, e, root)
+		printDNSReport(stdout, e, rep)
+		if rep.failed() {
+			return 1
+		}
+	}
+	krep := runKernelBench(ctx, progress)
+	printKernelReport(stdout, krep)
+	if krep.err != nil {
+		return 1
+	}
+	lrep := runLLMBench(ctx, e, root)
+	printLLMReport(stdout, lrep)
+	if lrep.err != nil {
+		return 1
+	}
 	for _, l := range legs {
 		if l.problem != "" {
 			return 1

@@ -56,6 +56,7 @@ type proxy struct {
 func proxies() []proxy {
 	return []proxy{
 		{name: "airlock", start: startAirlock},
+		{name: targetAirlockInject, start: startAirlockInject},
 		{name: "squid", start: startSquid},
 		{name: "tinyproxy", start: startTinyproxy},
 		{name: targetNetHTTP, start: startNetHTTP, reference: true},
@@ -89,6 +90,11 @@ spec:
 `
 
 func startAirlock(ctx context.Context, e *env, dir string) (*proxyRun, error) {
+	return startAirlockPolicy(ctx, e, dir, benchPolicy)
+}
+
+// startAirlockPolicy starts airlock with policy, a format taking the upstream's port.
+func startAirlockPolicy(ctx context.Context, e *env, dir, policy string) (*proxyRun, error) {
 	bin, err := airlockBinary(ctx, e, dir)
 	if err != nil {
 		return nil, err
@@ -97,7 +103,7 @@ func startAirlock(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 	_, portStr, _ := strings.Cut(e.upstream.addr, ":")
 	port, _ := strconv.Atoi(portStr)
 	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, fmt.Appendf(nil, benchPolicy, port), 0o644); err != nil {
+	if err := os.WriteFile(policyPath, fmt.Appendf(nil, policy, port), 0o644); err != nil {
 		return nil, err
 	}
 	proxyAddr, err := freeAddr()
