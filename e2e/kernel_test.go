@@ -246,3 +246,17 @@ func TestKernelProductionRefusesWithoutEnforcement(t *testing.T) {
 		})
 	}
 }
+
+// Production with --packet-guard best-effort starts even where the BPF LSM is not active
+// (the operator vouches the sandbox has no CAP_NET_RAW), and still enforces every other hook.
+func TestKernelProductionPacketGuardBestEffort(t *testing.T) {
+	w, cg, _, a := kernelSetupArgs(t, "--environment", "production", "--packet-guard", "best-effort", "--dns-addr", "off", "--llm-addr", "off")
+	if r := sandboxCurl(t, w, cg, "http://198.18.0.10:8080/"); r.ExitCode != curlCouldNotConnect {
+		t.Fatalf("production: direct connect exit %d, want %d (%s)", r.ExitCode, curlCouldNotConnect, r.Stderr)
+	}
+	r := sandboxCurl(t, w, cg, "--resolve", "allowed.test:80:198.18.0.10", "-o", "/dev/null", "-w", "%{http_code}", "http://allowed.test/prod")
+	if r.ExitCode != 0 || r.Stdout != "200" {
+		t.Fatalf("production: transparent curl exit %d output %q, want 200 (%s)", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	a.WaitLog(t, 0, "kernel enforcement attached", func(l string) bool { return strings.Contains(l, "kernel enforcement attached") })
+}

@@ -103,7 +103,7 @@ func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *aud
 		OnDeny:      func(ev ebpf.DenyEvent) { al.Log(denyAuditEvent(ev)) },
 		Registerer:  reg,
 		Logger:      log,
-		RequireAll:  cfg.environment == "production",
+		RequireAll:  cfg.packetGuardRequired(),
 		Report:      pol.Mode() == policy.ModeReport,
 	})
 	if err != nil {
@@ -115,13 +115,24 @@ func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *aud
 	}
 	k.enf = enf
 	if ok, why := enf.PacketGuard(); !ok && why != nil {
-		log.WithField("error", oneLine(why)).Warn("packet sockets are not refused in the sandbox (needs the BPF LSM); production refuses to start without it")
+		log.WithField("error", oneLine(why)).Warn("packet sockets are not refused in the sandbox (needs the BPF LSM); production refuses to start without it unless --packet-guard best-effort")
 	}
 	return k, nil
 }
 
+// packetGuardRequired says whether a missing packet socket guard (BPF LSM) stops the start:
+// --packet-guard auto means yes in production only.
+func (c *runConfig) packetGuardRequired() bool {
+	return c.packetGuard == "required" || (c.packetGuard == "auto" && c.environment == "production")
+}
+
 // validateKernel checks the kernel enforcement flags before anything starts.
 func validateKernel(c *runConfig) error {
+	switch c.packetGuard {
+	case "auto", "required", "best-effort":
+	default:
+		return failf("--packet-guard %q: use auto, required or best-effort", c.packetGuard)
+	}
 	if _, err := parsePorts(c.transparentPorts); err != nil {
 		return failf("--transparent-ports %q: %v", c.transparentPorts, err)
 	}

@@ -155,6 +155,7 @@ func TestRunRefusesWhatThisBuildCannotEnforce(t *testing.T) {
 		{"production", []string{"--environment", "production"}, "production requires kernel enforcement"},
 		{"dns listener address", []string{"--dns-addr", "localhost:53"}, "--dns-addr \"localhost:53\": want ip:port"},
 		{"bad environment", []string{"--environment", "prod"}, "use production, staging or development"},
+		{"bad packet guard", []string{"--packet-guard", "maybe"}, "use auto, required or best-effort"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,6 +48,7 @@ type runConfig struct {
 	stateDir         string
 	cgroup           string
 	transparentPorts string
+	packetGuard      string
 	environment      string
 	auditLog         string
 	upstreamDNS      string
@@ -80,6 +81,7 @@ func runFlags(stderr io.Writer) (*flagSet, *runConfig) {
 	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory (TLS interception CA)")
 	fs.StringVar(&c.cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement (eBPF) to; pins under /sys/fs/bpf/airlock/<sandbox>")
 	fs.StringVar(&c.transparentPorts, "transparent-ports", defaultTransparentPorts, "TCP ports the kernel redirects to the transparent listener (with --cgroup)")
+	fs.StringVar(&c.packetGuard, "packet-guard", "auto", "refusing packet sockets needs the BPF LSM: required | best-effort | auto (required in production); best-effort is for sandboxes without CAP_NET_RAW")
 	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses to run without kernel enforcement")
 	fs.StringVar(&c.auditLog, "audit-log", "", "also append audit events (JSON lines) to this file")
 	fs.StringVar(&c.upstreamDNS, "upstream-dns", "", "resolver the sidecar uses (host:port); default: the policy's dns.upstreams, else /etc/resolv.conf")
