@@ -35,6 +35,8 @@ run: build
 	@echo "  allowed: curl -x http://$(PROXY_ADDR) https://pypi.org/simple/"
 	@echo "  denied:  curl -i -x http://$(PROXY_ADDR) http://evil.example/   (403 + JSON reason)"
 	@echo "  explain: $(BIN) policy explain $(POLICY) --url https://api.github.com/repos/acme/app"
+	@echo "  DNS:     dig @127.0.0.1 -p 5353 pypi.org   (allowed, forwarded)   dig @127.0.0.1 -p 5353 evil.example   (REFUSED)"
+	@echo "  models:  curl http://127.0.0.1:4000/v1/models   (the policy's llm.models; usage: $(BIN) usage --state-dir $(STATE_DIR))"
 	@echo "  metrics: curl http://$(ADMIN_ADDR)/metrics     decisions: curl http://$(ADMIN_ADDR)/v1/decisions"
 	@echo "  CA (for intercepted hosts): $(BIN) ca export --state-dir $(STATE_DIR) > airlock-ca.pem"
 	@echo "  stop with Ctrl-C"
