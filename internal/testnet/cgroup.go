@@ -28,7 +28,8 @@ type Cgroup struct {
 }
 
 // Cgroup2Root returns where the cgroup v2 hierarchy is mounted, from /proc/self/mountinfo
-// (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a hybrid one).
+// (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a hybrid one). It repeats
+// ebpf.Cgroup2Root on purpose: ebpf's tests import testnet, so testnet cannot import ebpf.
 func Cgroup2Root() (string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
