@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -181,5 +182,27 @@ func TestLLMProxyWithSDKsAndRestart(t *testing.T) {
 	out, err := lw.Sidecar.Command(ctx, airlockBinary(t), "usage", "--state-dir", a.StateDir, "--policy", b.PolicyFile).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "gpt-e2e") || !strings.Contains(string(out), "tokens:") {
 		t.Errorf("airlock usage: %v\n%s", err, out)
+	}
+}
+
+// The model API is one of the sidecar's own listeners: even a rule naming loopback by CIDR
+// does not make it a destination the sandbox can reach through the proxy.
+func TestLLMEndpointIsNotAProxyDestination(t *testing.T) {
+	lw := newLLMWorld(t)
+	pol := llmPolicy + `  egress:
+    - name: loopback
+      cidrs: ["127.0.0.0/8"]
+      ports: [4000, 4001]
+`
+	a := lw.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: pol, Sandbox: sandboxName,
+		Env: []string{"E2E_OPENAI_KEY=" + e2eOpenAIKey, "E2E_ANTHROPIC_KEY=" + e2eAnthropicKey}})
+	resp, err := a.Client(t, nil).Get("http://" + llmAddr + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), `"reason":"self_address"`) {
+		t.Fatalf("GET the model API through the proxy: %d %s, want 403 self_address", resp.StatusCode, body)
 	}
 }

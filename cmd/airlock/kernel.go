@@ -145,6 +145,14 @@ func validateKernel(c *runConfig) error {
 	return nil
 }
 
+// listener is the transparent listener, or nil.
+func (k *kernel) listener() net.Listener {
+	if k == nil {
+		return nil
+	}
+	return k.transparentLn
+}
+
 // originalDst is the proxy's OriginalDst: the enforcer, or nil without transparent mode.
 func (k *kernel) originalDst() proxy.OriginalDestination {
 	if k == nil || k.transparentLn == nil {

@@ -19,6 +19,8 @@ type llmSidecar struct {
 	proxy  *llmproxy.Proxy
 	ledger *llmproxy.Ledger
 	log    *logrus.Logger
+	// addr is where the model API listens (the proxy's SSRF guard refuses it as a destination).
+	addr netip.AddrPort
 }
 
 // startLLM opens the usage ledger in the state directory, builds the model API and serves
@@ -37,7 +39,8 @@ func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *n
 		ledger.Close()
 		return nil, failf("--llm-addr: %v", err)
 	}
-	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+	ap, _ := netip.ParseAddrPort(ln.Addr().String())
+	if ap.IsValid() {
 		self = append(self, ap)
 	}
 	p, err := llmproxy.New(llmproxy.Config{
@@ -57,10 +60,18 @@ func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *n
 		ledger.Close()
 		return nil, failf("%v", err)
 	}
-	l := &llmSidecar{proxy: p, ledger: ledger, log: s.log}
+	l := &llmSidecar{proxy: p, ledger: ledger, log: s.log, addr: ap}
 	s.goServe("llm", func() error { return p.Serve(ln) })
 	s.log.WithField("llm", ln.Addr().String()).Info("model API listening")
 	return l, nil
+}
+
+// addrs is the model API's listen address, if it listens.
+func (l *llmSidecar) addrs() []netip.AddrPort {
+	if l == nil || !l.addr.IsValid() {
+		return nil
+	}
+	return []netip.AddrPort{l.addr}
 }
 
 // usageHandler serves /v1/usage on the admin listener.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -265,6 +266,9 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 	if err = s.dns.start(cfg, s, reg, s.kernel.allowMap()); err != nil {
 		return nil, err
 	}
+	if s.llm, err = startLLM(cfg, s, reg, resolver, al, append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...)); err != nil {
+		return nil, err
+	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Policy:      s.store,
 		Resolver:    resolver,
@@ -272,7 +276,7 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 		Logger:      log,
 		Registerer:  reg,
 		CA:          ca,
-		SelfAddrs:   append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...),
+		SelfAddrs:   slices.Concat(listenerAddrs(proxyLn, adminLn, s.kernel.listener()), s.dns.addrs(), s.llm.addrs()),
 		NameAddrs:   s.dns.nameAddrs(),
 		OriginalDst: s.kernel.originalDst(),
 		Injector:    s.creds.injector(),
@@ -289,9 +293,6 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 	}
 	s.goServe("proxy", func() error { return s.proxy.Serve(proxyLn) })
 	s.dns.serve(s)
-	if s.llm, err = startLLM(cfg, s, reg, resolver, al, append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...)); err != nil {
-		return nil, err
-	}
 	if adminLn != nil {
 		s.admin = newAdminServer(reg, s.store, al, s.ready, cfg.adminPprof, s.llm.usageHandler())
 		s.goServe("admin", func() error { return s.admin.Serve(adminLn) })
