@@ -56,8 +56,8 @@ func dispatch(group, usage string, subs map[string]runFunc, args []string, stdou
 
 func commands() []command {
 	return []command{
-		{"run", "serve the egress proxy and admin endpoints for one sandbox", runCmd},
-		{"policy", "check, explain and test policy files (policy check|explain|test)", policyCmd},
+		{"run", "serve one sandbox's sidecar: proxy, DNS filter, model API, kernel enforcement, admin", runCmd},
+		{"policy", "check, explain and test policy files, list placeholders (policy check|explain|test|placeholders)", policyCmd},
 		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
 		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
 		{"version", "print the version", versionCmd},

@@ -26,11 +26,17 @@ import (
 )
 
 const runLong = `
-Serve the egress proxy for one sandbox: the explicit HTTP/HTTPS proxy (absolute-form requests
-and CONNECT), decided against the policy before any upstream connection, with TLS interception
-only for rules that need it, the local model API (--llm-addr: OpenAI- and Anthropic-compatible,
-provider keys, model allowlist and budget held here, usage in the state directory's ledger),
-and the admin endpoints (/healthz, /readyz, /metrics, /v1/decisions, /v1/usage). Audit events go to stderr as JSON lines and, with --audit-log, to a file.
+Serve the sidecar for one sandbox:
+  - the explicit HTTP/HTTPS proxy (absolute-form requests and CONNECT), decided against the
+    policy before any upstream connection, with TLS interception only for rules that need it
+    and credentials from the broker (env, file or Vault sources) injected where rules say;
+  - the DNS filter (--dns-addr): allowed names forwarded, others REFUSED;
+  - kernel enforcement with eBPF on the sandbox's cgroup (--cgroup), with the transparent
+    listener (--transparent-addr) for redirected connections;
+  - the local model API (--llm-addr: OpenAI- and Anthropic-compatible, provider keys, model
+    allowlist and budget held here, usage in the state directory's ledger);
+  - the admin endpoints (/healthz, /readyz, /metrics, /v1/decisions, /v1/usage).
+Audit events go to stderr as JSON lines and, with --audit-log, to a file.
 
 The policy is reloaded on SIGHUP and when its file changes; a new policy that does not load
 leaves the old one in force and logs why. SIGTERM or SIGINT stops the sidecar gracefully.
