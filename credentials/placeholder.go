@@ -73,8 +73,10 @@ func (p *Placeholders) For(name string) string {
 	return PlaceholderPrefix + name + ":" + hex.EncodeToString(m.Sum(nil))[:16]
 }
 
-// Write writes {"name": "placeholder", ...} for names to dir/placeholders.json (0644: the
-// placeholders are meant to be handed to the sandbox).
+// Write writes {"name": "placeholder", ...} for exactly names to dir/placeholders.json
+// (0644: the placeholders are meant to be handed to the sandbox), replacing the file
+// atomically (a temporary file renamed over it): a reader sees the old set or the new one,
+// never a partial file.
 func (p *Placeholders) Write(dir string, names []string) error {
 	m := make(map[string]string, len(names))
 	for _, n := range names {
@@ -84,8 +86,36 @@ func (p *Placeholders) Write(dir string, names []string) error {
 	if err != nil {
 		return fmt.Errorf("write placeholders: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, PlaceholdersFile), append(b, '\n'), 0o644); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, PlaceholdersFile), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write placeholders: %w", err)
 	}
 	return nil
+}
+
+// writeFileAtomic writes data to a temporary file next to path, syncs it, gives it mode
+// perm and renames it over path. On error the temporary file is removed.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

@@ -73,3 +73,53 @@ func writeEmpty(t *testing.T, dir string) string {
 	}
 	return p
 }
+
+func TestPlaceholdersWriteReplacesAtomically(t *testing.T) {
+	dir := t.TempDir()
+	p, err := LoadPlaceholders(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, PlaceholdersFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]string
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("placeholders.json: %v: %s", err, b)
+		}
+		return m
+	}
+	if err := p.Write(dir, []string{"old", "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := read(); len(m) != 2 || m["old"] != p.For("old") || m["kept"] != p.For("kept") {
+		t.Fatalf("first write: got %v", m)
+	}
+	// A reload: "old" is gone, "new" arrives.
+	if err := p.Write(dir, []string{"kept", "new"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := read(); len(m) != 2 || m["new"] != p.For("new") || m["kept"] != p.For("kept") {
+		t.Fatalf("second write: got %v, want exactly kept and new", m)
+	}
+	fi, err := os.Stat(filepath.Join(dir, PlaceholdersFile))
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("placeholders.json: %v %v, want mode 0644", fi, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != PlaceholdersFile && e.Name() != PlaceholderKeyFile {
+			t.Errorf("state directory holds %s, want only the key and the placeholders file", e.Name())
+		}
+	}
+	// A directory that cannot take the temporary file: an error, not a silent success.
+	if err := p.Write(filepath.Join(dir, "missing"), []string{"x"}); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+}

@@ -375,3 +375,112 @@ func TestCredentialsVaultDown(t *testing.T) {
 		t.Fatalf("airlock_credential_failures_total: got %v", n)
 	}
 }
+
+// reloadCredPolicy injects one file secret, SECRET, into requests to echo.test.
+const reloadCredPolicy = `apiVersion: airlock/v1
+kind: EgressPolicy
+metadata:
+  name: e2e-cred-reload
+spec:
+  egress:
+    - name: echo
+      hosts: ["echo.test"]
+      ports: [443]
+      inject:
+        - header: Authorization
+          value: 'Bearer {{ secret "SECRET" }}'
+  secrets:
+    SECRET:
+      file: FILE
+`
+
+// readPlaceholders reads placeholders.json from the sidecar's state directory.
+func readPlaceholders(t *testing.T, a *testnet.Airlock) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(a.StateDir, "placeholders.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("placeholders.json: %v: %s", err, b)
+	}
+	return m
+}
+
+// TestCredentialsReloadPlaceholders: a policy reload that swaps one secret for another
+// rewrites placeholders.json (the new secret's placeholder in, the removed one's out, no
+// temporary file left), the broker injects the new secret at once, and the removed
+// secret's placeholder is refused.
+func TestCredentialsReloadPlaceholders(t *testing.T) {
+	privtest.Require(t)
+	t.Parallel()
+	w := testnet.NewWorld(t)
+	echo := startEcho(t, w)
+	buf := make([]byte, 12)
+	_, _ = rand.Read(buf)
+	oldValue, freshValue := "old-e2e-"+hex.EncodeToString(buf), "fresh-e2e-"+hex.EncodeToString(buf)
+	policyFor := func(name, value string) string {
+		return strings.NewReplacer("SECRET", name, "FILE", w.WriteFile(t, name, []byte(value))).Replace(reloadCredPolicy)
+	}
+	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: policyFor("old", oldValue), Sandbox: sandboxName})
+	client := a.Client(t, a.CAPool(t))
+
+	before := readPlaceholders(t, a)
+	oldPH := before["old"]
+	if len(before) != 1 || !strings.HasPrefix(oldPH, "airlock-placeholder:old:") {
+		t.Fatalf("placeholders.json at start: %v, want only old's", before)
+	}
+	if status, _, _ := credGet(t, client, "https://echo.test/before", nil); status != http.StatusOK {
+		t.Fatalf("before the reload: status %d", status)
+	}
+
+	from := a.Mark()
+	a.WritePolicy(t, policyFor("fresh", freshValue))
+	a.WaitEventFrom(t, from, "policy reload event", func(e testnet.AuditEvent) bool {
+		return e.Kind == "policy" && e.Decision == "allow"
+	})
+	after := readPlaceholders(t, a)
+	if len(after) != 1 || !strings.HasPrefix(after["fresh"], "airlock-placeholder:fresh:") {
+		t.Fatalf("placeholders.json after the reload: %v, want only fresh's", after)
+	}
+	out, err := exec.Command(airlockBinary(t), "policy", "placeholders", "--state-dir", a.StateDir, a.PolicyFile).Output()
+	if err != nil || string(out) != "fresh\t"+after["fresh"]+"\n" {
+		t.Fatalf("airlock policy placeholders disagrees with the file: %v\n%s", err, out)
+	}
+	entries, err := os.ReadDir(a.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("state directory holds a temporary file %s", e.Name())
+		}
+	}
+
+	// The broker follows the reload: the new secret goes upstream, the removed secret's
+	// placeholder is a forgery now.
+	if status, _, body := credGet(t, client, "https://echo.test/after", nil); status != http.StatusOK {
+		t.Fatalf("after the reload: status %d %q", status, body)
+	}
+	if auth, _ := echo.seen(); len(auth) != 2 || auth[0] != "Bearer "+oldValue || auth[1] != "Bearer "+freshValue {
+		t.Fatal("the upstream did not get the old secret before the reload and the new one after it")
+	}
+	if status, _, _ := credGet(t, client, "https://echo.test/stale", http.Header{"X-Token": {oldPH}}); status != http.StatusForbidden {
+		t.Fatalf("the removed secret's placeholder: status %d, want 403", status)
+	}
+	if auth, _ := echo.seen(); len(auth) != 2 {
+		t.Fatalf("the request with the removed secret's placeholder reached the upstream")
+	}
+	a.WaitEvent(t, "misuse event for the stale placeholder", func(e testnet.AuditEvent) bool {
+		return e.Kind == "credential" && e.Reason == "credential_misuse"
+	})
+	a.WaitLog(t, from, "placeholders file updated log", func(l string) bool {
+		return strings.Contains(l, "placeholders file updated")
+	})
+	for _, v := range []string{oldValue, freshValue} {
+		if strings.Contains(a.Stderr.String(), v) {
+			t.Error("airlock's stderr holds a secret value")
+		}
+	}
+}

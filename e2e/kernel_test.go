@@ -3,13 +3,18 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,11 +45,21 @@ func kernelSetup(t *testing.T) (*testnet.World, *testnet.Cgroup, string, *testne
 // kernelSetupArgs is kernelSetup with other flags after --cgroup.
 func kernelSetupArgs(t *testing.T, args ...string) (*testnet.World, *testnet.Cgroup, string, *testnet.Airlock) {
 	t.Helper()
+	return kernelSetupPolicy(t, kernelPolicy, nil, args...)
+}
+
+// kernelSetupPolicy is kernelSetupArgs with another policy; prepare, when not nil, runs on
+// the world before the sidecar starts (to add hosts and names).
+func kernelSetupPolicy(t *testing.T, policy string, prepare func(*testnet.World), args ...string) (*testnet.World, *testnet.Cgroup, string, *testnet.Airlock) {
+	t.Helper()
 	privtest.Require(t, "curl", "nsenter")
 	if err := ebpf.Probe(); err != nil {
 		t.Fatalf("kernel lacks what the enforcement needs: %v", err)
 	}
 	w := testnet.NewWorld(t)
+	if prepare != nil {
+		prepare(w)
+	}
 	cg := testnet.NewCgroup(t)
 	sandbox := fmt.Sprintf("e2e-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 	t.Cleanup(func() {
@@ -53,7 +68,7 @@ func kernelSetupArgs(t *testing.T, args ...string) (*testnet.World, *testnet.Cgr
 		}
 	})
 	a := w.StartAirlock(t, testnet.AirlockConfig{
-		Binary: airlockBinary(t), Policy: kernelPolicy, Sandbox: sandbox,
+		Binary: airlockBinary(t), Policy: policy, Sandbox: sandbox,
 		Args:       append([]string{"--cgroup", cg.Path}, args...),
 		HostMounts: true,
 	})
@@ -259,4 +274,154 @@ func TestKernelProductionPacketGuardBestEffort(t *testing.T) {
 		t.Fatalf("production: transparent curl exit %d output %q, want 200 (%s)", r.ExitCode, r.Stdout, r.Stderr)
 	}
 	a.WaitLog(t, 0, "kernel enforcement attached", func(l string) bool { return strings.Contains(l, "kernel enforcement attached") })
+}
+
+// expiryPolicy allows raw TCP to expiry.test:7000 with the shortest DNS lifetimes: an answer
+// opens its address in the kernel for max(TTL, minTTL) + grace = 4s (long enough that a loaded
+// machine still opens the held connection in time, short enough for a test).
+const expiryPolicy = `apiVersion: airlock/v1
+kind: EgressPolicy
+metadata:
+  name: kernel-expiry
+spec:
+  dns:
+    minTTL: 3s
+    grace: 1s
+  egress:
+    - name: expiry
+      hosts: ["expiry.test"]
+      ports: [7000]
+      protocol: tcp
+`
+
+// expiryAddr is expiry.test's address; a line echo listens on expiryAddr:7000.
+var expiryAddr = netip.MustParseAddrPort("198.18.0.41:7000")
+
+// A DNS answer's kernel allow entry expires by itself: after max(TTL, minTTL) + grace a new
+// connect to the address is refused, a connection opened before keeps carrying data both
+// ways, and looking the name up again through the filter opens the address at once.
+func TestKernelDNSExpiry(t *testing.T) {
+	const name = "expiry.test"
+	w, cg, _, a := kernelSetupPolicy(t, expiryPolicy, func(w *testnet.World) {
+		w.AddUpstreamAddr(t, expiryAddr.Addr())
+		lineEcho(t, w.Upstream, expiryAddr)
+		w.DNS.Set(name, 1, expiryAddr.Addr()) // TTL 1s from the outside resolver
+	}, "--transparent-addr", "off", "--llm-addr", "off", "--dns-addr", dnsAddr)
+	p := testnet.StartSandboxProbe(t, cg, w.Sidecar)
+	connect := "connect 4 tcp " + expiryAddr.String()
+
+	if got := p.Do(t, connect); got != "EPERM" {
+		t.Fatalf("before any lookup: %s: got %q, want EPERM", connect, got)
+	}
+	resolved := time.Now()
+	if got := p.Do(t, "resolve "+name+" "+dnsAddr); got != "OK "+expiryAddr.Addr().String() {
+		t.Fatalf("resolve %s: got %q", name, got)
+	}
+	for _, cmd := range []string{"hold c1 4 " + expiryAddr.String(), "echo c1"} {
+		if got := p.Do(t, cmd); got != "OK" {
+			t.Fatalf("right after the answer: %s: got %q, want OK", cmd, got)
+		}
+	}
+
+	// Poll new connects until the kernel refuses one; the entry must outlive minTTL and must
+	// not outlive a generous bound.
+	deadline := time.Now().Add(30 * time.Second)
+	oks := 0
+	for {
+		got := p.Do(t, connect)
+		if got == "EPERM" {
+			break
+		}
+		if got != "OK" {
+			t.Fatalf("%s while the answer is live: got %q, want OK", connect, got)
+		}
+		oks++
+		if time.Now().After(deadline) {
+			t.Fatalf("new connects still allowed %v after the answer (TTL 1s, minTTL 3s, grace 1s): expiry not enforced", time.Since(resolved))
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of a bounded wait on the kernel's clock
+	}
+	expired := time.Since(resolved)
+	if oks == 0 || expired < 3500*time.Millisecond {
+		t.Fatalf("refused %v after the answer (%d connects allowed), want no sooner than about minTTL + grace (4s)", expired, oks)
+	}
+	t.Logf("allow entry expired %v after the lookup (%d connects allowed before)", expired, oks)
+
+	// The connection opened before expiry still carries data both ways.
+	for range 3 {
+		if got := p.Do(t, "echo c1"); got != "OK" {
+			t.Fatalf("held connection after expiry: echo got %q, want OK", got)
+		}
+	}
+	a.WaitEvent(t, "kernel deny for the expired entry", func(e testnet.AuditEvent) bool {
+		return e.Kind == "connect" && e.Decision == "deny" && e.Destination == expiryAddr.String() && e.Reason == "kernel_allow_expired"
+	})
+
+	// Looking the name up again through the filter opens the address at once: the first
+	// connect right after the answer succeeds.
+	if got := p.Do(t, "resolveloop "+name+" "+dnsAddr+" 7000 1"); got != "OK "+expiryAddr.Addr().String() {
+		t.Fatalf("re-resolve and connect: got %q", got)
+	}
+	if got := p.Do(t, "echo c1"); got != "OK" {
+		t.Fatalf("held connection after the second lookup: echo got %q, want OK", got)
+	}
+	if n := w.DNS.Queries(name); n != 2 {
+		t.Fatalf("the outside resolver got %d queries for %s, want 2 (one per lookup)", n, name)
+	}
+}
+
+// lineEcho serves a line echo on addr inside ns until the test ends.
+func lineEcho(t *testing.T, ns *testnet.Netns, addr netip.AddrPort) {
+	t.Helper()
+	l, err := ns.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatalf("echo listen %s: %v", addr, err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns = map[net.Conn]bool{}
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() {
+					mu.Lock()
+					delete(conns, c)
+					mu.Unlock()
+					c.Close()
+				}()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
 }

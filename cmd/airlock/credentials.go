@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +91,15 @@ type credentialBroker struct {
 	broker *credentials.Broker
 	vault  *vault.Source
 	log    *logrus.Logger
+
+	// store, placeholders and stateDir rewrite placeholders.json on a policy reload.
+	store        *policy.Store
+	placeholders *credentials.Placeholders
+	stateDir     string
+
+	// writeMu serialises placeholders.json rewrites, so the last one holds the policy in
+	// force (two reloads, SIGHUP and the file watch, may report at once).
+	writeMu sync.Mutex
 }
 
 // startCredentials builds the broker (and logs in to Vault when configured), fetches every
@@ -106,7 +116,7 @@ func startCredentials(cfg *runConfig, c *credConfig, store *policy.Store, log *l
 		}
 	}
 	slices.Sort(vaultNames)
-	cb := &credentialBroker{log: log}
+	cb := &credentialBroker{log: log, store: store, stateDir: cfg.stateDir}
 	ctx := context.Background()
 	if len(vaultNames) > 0 && c.vaultAddr == "" {
 		return nil, failf("policy secrets %s come from Vault: set --vault-addr (or VAULT_ADDR)", strings.Join(vaultNames, ", "))
@@ -141,6 +151,7 @@ func startCredentials(cfg *runConfig, c *credConfig, store *policy.Store, log *l
 		cb.close(ctx)
 		return nil, failf("%v", err)
 	}
+	cb.placeholders = ph
 	if err := ph.Write(cfg.stateDir, slices.Sorted(maps.Keys(secrets))); err != nil {
 		cb.close(ctx)
 		return nil, failf("--state-dir: %v", err)
@@ -192,7 +203,7 @@ instead of the secret (for tools that insist on a token in an environment variab
 run swaps it for the value only in requests the rule binds the secret to; anywhere else the
 request is denied. Placeholders depend on the key in --state-dir (placeholder.key, made on
 first use): give the same --state-dir as airlock run. They are not secret. airlock run also
-writes them to placeholders.json in the state directory.`, stderr)
+writes them to placeholders.json in the state directory, at start and on each policy reload.`, stderr)
 	stateDir := fs.String("state-dir", defaultStateDir(), "state directory of the airlock run that will serve the sandbox")
 	asJSON := fs.Bool("json", false, "print a JSON object {name: placeholder}")
 	files, err := fs.parse(args, stdout, true)

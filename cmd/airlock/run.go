@@ -368,6 +368,7 @@ func (s *sidecar) watchPolicy(ctx context.Context, file string) {
 		} else {
 			s.log.WithFields(logrus.Fields{"policy": p.Name(), "mode": p.Mode()}).Info("policy reloaded")
 			s.dns.policyChanged(s, p)
+			s.creds.policyChanged(ctx)
 			if err := s.kernel.reload(p); err != nil {
 				s.log.WithField("error", err.Error()).Error("kernel CIDR rules not updated after policy reload")
 			}
