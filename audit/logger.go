@@ -13,6 +13,12 @@ import (
 // never dropped, a slow sink slows the sidecar down instead.
 const maxPending = 1 << 20
 
+// linger is how long the writer rests after a write before it takes the next batch. Under
+// load, the events of that span share one write per sink (each write is a system call, which
+// costs more than encoding the event); an event logged after a quiet spell is written at
+// once, since the writer is then already waiting for it. Close may wait one linger longer.
+const linger = time.Millisecond
+
 // Logger writes events as JSON lines to a writer (stderr by default) and optionally a file.
 // It is safe for concurrent use. Log encodes the event and hands it to a writer goroutine,
 // which writes everything that arrived since its last write in one call per sink (group
@@ -103,7 +109,10 @@ func (l *Logger) Log(e Event) {
 	if e.Sandbox == "" {
 		e.Sandbox = l.sandbox
 	}
-	line := e.appendJSON(make([]byte, 0, 512))
+	bp := lineBufs.Get().(*[]byte)
+	defer putLineBuf(bp)
+	*bp = e.appendJSON((*bp)[:0])
+	line := *bp
 	if l.redact != nil {
 		line = l.redact(line)
 		for _, f := range []*string{&e.Error, &e.Detail, &e.Path, &e.Prompt} {
@@ -129,6 +138,17 @@ func (l *Logger) Log(e Event) {
 	l.wake.Signal()
 }
 
+// lineBufs holds encoding buffers, so that Log (which copies the line into pending) does not
+// allocate one per event.
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// putLineBuf returns a buffer to lineBufs unless an unusually large event grew it.
+func putLineBuf(bp *[]byte) {
+	if cap(*bp) <= 64<<10 {
+		lineBufs.Put(bp)
+	}
+}
+
 // writeLoop writes pending lines until the Logger is closed and nothing is pending.
 func (l *Logger) writeLoop() {
 	defer close(l.done)
@@ -152,12 +172,14 @@ func (l *Logger) writeLoop() {
 				errs = append(errs, err)
 			}
 		}
-		if err := errors.Join(errs...); err != nil {
-			l.mu.Lock()
-			if l.writeErr == nil {
-				l.writeErr = fmt.Errorf("write audit events: %w", err)
-			}
-			l.mu.Unlock()
+		l.mu.Lock()
+		if err := errors.Join(errs...); err != nil && l.writeErr == nil {
+			l.writeErr = fmt.Errorf("write audit events: %w", err)
+		}
+		closed := l.closed
+		l.mu.Unlock()
+		if !closed {
+			time.Sleep(linger)
 		}
 	}
 }
