@@ -2,6 +2,7 @@ package dnsfilter
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/miekg/dns"
@@ -42,12 +43,15 @@ type answerAddr struct {
 //
 // TTLs of the answer are raised to minTTL and capped at maxTTL.
 func cleanAnswer(r *dns.Msg, qname string, qtype uint16, minTTL time.Duration) []answerAddr {
-	chain := map[string]bool{dns.CanonicalName(qname): true}
+	// The chain is a few names at most: a slice on the stack, searched linearly, costs less
+	// than a map on every answer.
+	var names [maxChain + 1]string
+	chain := onChain(append(names[:0], dns.CanonicalName(qname)))
 	for range maxChain {
 		grew := false
 		for _, rr := range r.Answer {
-			if c, ok := rr.(*dns.CNAME); ok && chain[dns.CanonicalName(c.Hdr.Name)] && !chain[dns.CanonicalName(c.Target)] {
-				chain[dns.CanonicalName(c.Target)] = true
+			if c, ok := rr.(*dns.CNAME); ok && chain.has(dns.CanonicalName(c.Hdr.Name)) && !chain.has(dns.CanonicalName(c.Target)) {
+				chain = append(chain, dns.CanonicalName(c.Target))
 				grew = true
 			}
 		}
@@ -60,7 +64,7 @@ func cleanAnswer(r *dns.Msg, qname string, qtype uint16, minTTL time.Duration) [
 	var addrs []answerAddr
 	for _, rr := range r.Answer {
 		h := rr.Header()
-		if !chain[dns.CanonicalName(h.Name)] {
+		if !chain.has(dns.CanonicalName(h.Name)) {
 			continue
 		}
 		clampTTL(h, minTTL)
@@ -92,6 +96,12 @@ func cleanAnswer(r *dns.Msg, qname string, qtype uint16, minTTL time.Duration) [
 	r.Extra = nil
 	return addrs
 }
+
+// onChain is the canonical names of a CNAME chain.
+type onChain []string
+
+// has reports whether name (canonical) is on the chain.
+func (c onChain) has(name string) bool { return slices.Contains(c, name) }
 
 // stripHints removes the address hints and ECH configuration from SVCB parameters.
 func stripHints(kv []dns.SVCBKeyValue) []dns.SVCBKeyValue {

@@ -26,6 +26,7 @@ type Filter struct {
 	x       *exchanger
 	book    *book
 	brake   *brake
+	decided decisions // DecideName per question name, for the current policy
 	metrics *metrics
 	log     *logrus.Logger
 	resolv  []netip.AddrPort // nameservers of cfg.ResolvConf, read by New
@@ -108,7 +109,7 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 func (f *Filter) Serve(pc net.PacketConn, l net.Listener) error {
 	var ss []*server
 	if pc != nil {
-		ss = append(ss, &server{srv: &dns.Server{PacketConn: pc, Handler: f, UDPSize: serverUDPSize}, started: make(chan struct{})})
+		ss = append(ss, &server{srv: &dns.Server{PacketConn: plainIfBound(pc), Handler: f, UDPSize: serverUDPSize}, started: make(chan struct{})})
 	}
 	if l != nil {
 		ss = append(ss, &server{srv: &dns.Server{Listener: l, Handler: f,

@@ -118,7 +118,7 @@ func (f *Filter) answer(q *query) {
 	pol := f.cfg.Policy.Current()
 	q.ev.Policy = pol.Name() // the policy this query is decided under
 	cfg := pol.DNS()
-	nd := pol.DecideName(qs.Name)
+	nd := f.decided.decide(pol, qs.Name)
 	q.ev.Rule, q.ev.Reason, q.ev.Detail = nd.Rule, string(nd.Reason), nd.Detail
 	if nd.Host != "" {
 		q.name, q.ev.Destination = nd.Host, nd.Host
@@ -181,11 +181,11 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 	// is needed per query (timers are a measurable share of a forwarder's CPU).
 	r, server, err := f.x.exchange(context.Background(), upstreamQuery(q.req), f.upstreams(pol))
 	if err != nil {
-		f.metrics.upstream.WithLabelValues("error").Inc()
+		f.metrics.counter(f.metrics.upstream, "error", "").Inc()
 		f.servfail(q, ReasonUpstreamFailed, err)
 		return
 	}
-	f.metrics.upstream.WithLabelValues("ok").Inc()
+	f.metrics.counter(f.metrics.upstream, "ok", "").Inc()
 	q.ev.Addr = server.String()
 	addrs := cleanAnswer(r, qs.Name, qs.Qtype, cfg.MinTTL)
 	var keep func(netip.Addr) bool
@@ -234,13 +234,13 @@ func (f *Filter) grant(q *query, pol *policy.Policy, nd policy.NameDecision, cfg
 	kept, evicted, err := f.book.record(q.name, grants, cfg.MaxIPsPerName)
 	if n := len(evicted); n > 0 {
 		f.metrics.evictions.Add(float64(n))
-		f.metrics.allowMap.WithLabelValues("revoke").Add(float64(n))
+		f.metrics.counter(f.metrics.allowMap, "revoke", "").Add(float64(n))
 	}
 	if f.cfg.AllowMap != nil {
-		f.metrics.allowMap.WithLabelValues("allow").Add(float64(len(kept)))
+		f.metrics.counter(f.metrics.allowMap, "allow", "").Add(float64(len(kept)))
 	}
 	if err != nil {
-		f.metrics.allowMap.WithLabelValues("error").Inc()
+		f.metrics.counter(f.metrics.allowMap, "error", "").Inc()
 		return nil, err
 	}
 	return kept, nil
@@ -288,24 +288,23 @@ func rrAddr(rr dns.RR) (netip.Addr, bool) {
 
 // describeAnswer summarises an answer for the audit detail: type, rcode and addresses.
 func describeAnswer(qtype uint16, r *dns.Msg) string {
-	var addrs []string
+	b := make([]byte, 0, 64)
+	b = append(append(append(b, dns.TypeToString[qtype]...), ' '), dns.RcodeToString[r.Rcode]...)
+	sep := ": "
 	for _, rr := range r.Answer {
 		if a, ok := rrAddr(rr); ok {
-			addrs = append(addrs, a.String())
+			b = a.AppendTo(append(b, sep...))
+			sep = ", "
 		}
 	}
-	s := dns.TypeToString[qtype] + " " + dns.RcodeToString[r.Rcode]
-	if len(addrs) > 0 {
-		s += ": " + strings.Join(addrs, ", ")
-	}
-	return s
+	return string(b)
 }
 
 // finish audits and counts the query, then writes the reply (truncated with TC when it does
 // not fit the client's UDP size, so the client asks again over TCP: RFC 7766). The event is
 // logged first so that it is on record before the client can act on the answer.
 func (f *Filter) finish(q *query) {
-	f.metrics.queries.WithLabelValues(q.ev.Decision, q.ev.Reason).Inc()
+	f.metrics.counter(f.metrics.queries, q.ev.Decision, q.ev.Reason).Inc()
 	if q.ev.Decision == audit.DecisionReport {
 		q.ev.Detail = "would deny: " + q.ev.Detail
 	}

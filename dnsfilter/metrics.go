@@ -3,6 +3,7 @@ package dnsfilter
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,6 +16,38 @@ type metrics struct {
 	allowMap  *prometheus.CounterVec // op: allow, revoke, error
 	evictions prometheus.Counter
 	duration  prometheus.Histogram
+
+	// counters caches the children of the vectors above by label values: WithLabelValues
+	// hashes the values and takes the vector's lock on every call, on every query.
+	countersMu sync.RWMutex
+	counters   map[counterKey]prometheus.Counter
+}
+
+// counterKey names one child of a counter vector: the vector and up to two label values.
+type counterKey struct {
+	vec  *prometheus.CounterVec
+	a, b string
+}
+
+// counter returns the child of vec with label values a (and b, for a two-label vector: pass
+// "" for b otherwise). Like WithLabelValues, it creates the series on first use.
+func (m *metrics) counter(vec *prometheus.CounterVec, a, b string) prometheus.Counter {
+	k := counterKey{vec, a, b}
+	m.countersMu.RLock()
+	c, ok := m.counters[k]
+	m.countersMu.RUnlock()
+	if ok {
+		return c
+	}
+	if vec == m.queries {
+		c = vec.WithLabelValues(a, b)
+	} else {
+		c = vec.WithLabelValues(a)
+	}
+	m.countersMu.Lock()
+	m.counters[k] = c
+	m.countersMu.Unlock()
+	return c
 }
 
 func newMetrics() *metrics {
@@ -40,6 +73,7 @@ func newMetrics() *metrics {
 			Help:    "Time from a query's arrival to its answer being written.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
+		counters: map[counterKey]prometheus.Counter{},
 	}
 }
 

@@ -25,7 +25,7 @@ const upstreamUDPSize = 1232
 // out of the sandbox on an allowed name.
 func upstreamQuery(req *dns.Msg) *dns.Msg {
 	m := new(dns.Msg)
-	m.Id = dns.Id()
+	m.Id = queryID()
 	m.Opcode = dns.OpcodeQuery
 	m.RecursionDesired = true
 	m.CheckingDisabled = req.CheckingDisabled
@@ -40,9 +40,9 @@ type exchanger struct {
 	timeout time.Duration
 	bufs    sync.Pool // *[]byte of udpBufSize, so no exchange allocates one
 
-	// mu guards pools.
-	mu    sync.Mutex
-	pools map[netip.AddrPort]chan *pooledConn
+	// pools holds the idle connections of each upstream: netip.AddrPort → chan *pooledConn.
+	// A sync.Map, as every query looks its upstream up and the set of upstreams rarely grows.
+	pools sync.Map
 }
 
 // pooledConn is a connected UDP socket to one upstream, reused for up to maxConnUses
@@ -71,27 +71,22 @@ func newExchanger(cfg Config) *exchanger {
 		tcp:     &dns.Client{Net: "tcp", Timeout: cfg.Timeout},
 		timeout: cfg.Timeout,
 		bufs:    sync.Pool{New: func() any { b := make([]byte, udpBufSize); return &b }},
-		pools:   map[netip.AddrPort]chan *pooledConn{},
 	}
 }
 
 // pool returns the idle connections of upstream s.
 func (x *exchanger) pool(s netip.AddrPort) chan *pooledConn {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	p := x.pools[s]
-	if p == nil {
-		p = make(chan *pooledConn, maxPooledConns)
-		x.pools[s] = p
+	if p, ok := x.pools.Load(s); ok {
+		return p.(chan *pooledConn)
 	}
-	return p
+	p, _ := x.pools.LoadOrStore(s, make(chan *pooledConn, maxPooledConns))
+	return p.(chan *pooledConn)
 }
 
 // close closes every idle pooled connection.
 func (x *exchanger) close() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, p := range x.pools {
+	for _, v := range x.pools.Range {
+		p := v.(chan *pooledConn)
 		for {
 			select {
 			case c := <-p:
@@ -211,7 +206,8 @@ func (x *exchanger) roundTrip(c net.Conn, q *dns.Msg) (*dns.Msg, error) {
 
 // equalQuestion compares two questions, the name case-insensitively.
 func equalQuestion(a, b dns.Question) bool {
-	return a.Qtype == b.Qtype && a.Qclass == b.Qclass && dns.CanonicalName(a.Name) == dns.CanonicalName(b.Name)
+	return a.Qtype == b.Qtype && a.Qclass == b.Qclass &&
+		(a.Name == b.Name || dns.CanonicalName(a.Name) == dns.CanonicalName(b.Name))
 }
 
 // resolvConfServers reads the nameservers of a resolv.conf, as ip:port.
