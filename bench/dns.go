@@ -143,7 +143,7 @@ func runDNSBench(ctx context.Context, e *env, root string) *dnsReport {
 		}
 	}
 	if len(missing) > 0 {
-		rep.problem = fmt.Sprintf("%s not found; install with: apt-get install -y dnsperf dnsmasq iproute2", strings.Join(missing, ", "))
+		rep.problem = fmt.Sprintf("%s not found; install with: apt-get install -y dnsperf dnsmasq-base iproute2", strings.Join(missing, ", "))
 		return rep
 	}
 	dir := filepath.Join(root, "dns")
