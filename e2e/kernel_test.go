@@ -110,23 +110,9 @@ func TestKernelDNSAnswerOpensAddress(t *testing.T) {
 // no proxy variables: only the kernel can send it to the proxy.
 func sandboxCurl(t *testing.T, w *testnet.World, cg *testnet.Cgroup, args ...string) testnet.CurlResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := cg.Command(ctx, w.Sidecar, "curl", append([]string{"--silent", "--show-error", "--max-time", "20"}, args...)...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + w.Dir}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := testnet.CurlResult{Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ee.Exited():
-		res.ExitCode = ee.ExitCode()
-	default:
-		t.Fatalf("run curl %v: %v: %s", args, err, stderr.String())
-	}
-	return res
+	return w.CurlIn(t, func(ctx context.Context, name string, args ...string) *exec.Cmd {
+		return cg.Command(ctx, w.Sidecar, name, args...)
+	}, args...)
 }
 
 // curl's exit codes: connect() failed (EPERM from the kernel); the TLS handshake failed

@@ -111,9 +111,17 @@ type CurlResult struct {
 // A non-zero exit is a result, not an error; failing to run curl at all fails t.
 func (w *World) Curl(t testing.TB, args ...string) CurlResult {
 	t.Helper()
+	return w.CurlIn(t, func(ctx context.Context, name string, args ...string) *exec.Cmd {
+		return w.Sidecar.Command(ctx, name, args...)
+	}, args...)
+}
+
+// CurlIn is Curl with the command built by command (for example inside a sandbox cgroup).
+func (w *World) CurlIn(t testing.TB, command func(ctx context.Context, name string, args ...string) *exec.Cmd, args ...string) CurlResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := w.Sidecar.Command(ctx, "curl", append([]string{"--silent", "--show-error", "--max-time", "20"}, args...)...)
+	cmd := command(ctx, "curl", append([]string{"--silent", "--show-error", "--max-time", "20"}, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + w.Dir}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
