@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,16 +39,8 @@ const llmBenchTarget = time.Millisecond
 
 // runLLMProviderChild serves the fake provider on a loopback port until stdin closes.
 func runLLMProviderChild() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "llm provider: listen: %v\n", err)
-		return 1
-	}
 	srv := &http.Server{Handler: fakellm.New(fakellm.Config{Flavor: fakellm.OpenAI, Key: llmBenchKey}), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	fmt.Printf("listening %s\n", ln.Addr())
-	io.Copy(io.Discard, os.Stdin)
-	return 0
+	return serveChild("llm provider", srv)
 }
 
 // llmLoad is one measured load: closed-loop with conns workers, or open-loop at rate req/s.

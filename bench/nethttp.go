@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,11 +25,6 @@ const nethttpRole = "nethttp-proxy-child"
 // left at Go's default (the bench starts it without GOGC or GOMEMLIMIT); airlock runs with
 // a GC target of 400 unless GOGC is set.
 func runNetHTTPProxyChild() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go-nethttp: listen: %v\n", err)
-		return 1
-	}
 	srv := &http.Server{
 		Handler: &netHTTPProxy{transport: &http.Transport{
 			Proxy:               nil, // never the caller's HTTP_PROXY
@@ -42,10 +35,7 @@ func runNetHTTPProxyChild() int {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(os.Stderr, "go-nethttp: ", 0),
 	}
-	go srv.Serve(ln)
-	fmt.Printf("listening %s\n", ln.Addr())
-	io.Copy(io.Discard, os.Stdin)
-	return 0
+	return serveChild(targetNetHTTP, srv)
 }
 
 // netHTTPProxy forwards absolute-form http:// requests (RFC 9112 §3.2.2) and answers

@@ -32,11 +32,6 @@ const upstreamBody = "airlock-bench ok\n"
 // runUpstreamChild serves HTTP/1.1 with keep-alive on 127.0.0.1:0, prints "listening ADDR"
 // on stdout, and exits when its stdin reaches EOF (the bench closed it, or died).
 func runUpstreamChild() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "upstream: listen: %v\n", err)
-		return 1
-	}
 	var served atomic.Int64
 	body := []byte(upstreamBody)
 	clen := strconv.Itoa(len(body))
@@ -55,6 +50,18 @@ func runUpstreamChild() int {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(os.Stderr, "upstream: ", 0),
+	}
+	return serveChild("upstream", srv)
+}
+
+// serveChild is the body of every server child role: it serves srv on 127.0.0.1:0, prints
+// "listening ADDR" on stdout, and returns (the child's exit code) when its stdin reaches EOF
+// (the bench closed it, or died).
+func serveChild(name string, srv *http.Server) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: listen: %v\n", name, err)
+		return 1
 	}
 	go srv.Serve(ln)
 	fmt.Printf("listening %s\n", ln.Addr())
