@@ -143,11 +143,21 @@ static __always_inline void mapped4(__u8 addr[16], __u32 ip4)
 	__builtin_memcpy(&addr[12], &ip4, 4);
 }
 
-/* Context fields are read one 32-bit word at a time (volatile): the verifier rejects the
- * 64-bit loads clang would otherwise merge them into. */
 static __always_inline void copy6(__u8 addr[16], const __u32 w[4])
 {
 	__builtin_memcpy(addr, w, 16);
+}
+
+/* user_ip6 is read one 32-bit word at a time (volatile): the verifier rejects the 64-bit
+ * loads clang would otherwise merge them into. */
+static __always_inline void user_ip6(__u8 addr[16], const struct bpf_sock_addr *ctx)
+{
+	__u32 w[4];
+	w[0] = *(volatile __u32 *)&ctx->user_ip6[0];
+	w[1] = *(volatile __u32 *)&ctx->user_ip6[1];
+	w[2] = *(volatile __u32 *)&ctx->user_ip6[2];
+	w[3] = *(volatile __u32 *)&ctx->user_ip6[3];
+	copy6(addr, w);
 }
 
 static __always_inline void emit(__u8 hook, __u8 reason, const __u8 addr[16], __u16 port,
@@ -378,13 +388,8 @@ static __always_inline int is_mapped(const __u8 addr[16])
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx)
 {
-	__u32 w[4];
-	w[0] = *(volatile __u32 *)&ctx->user_ip6[0];
-	w[1] = *(volatile __u32 *)&ctx->user_ip6[1];
-	w[2] = *(volatile __u32 *)&ctx->user_ip6[2];
-	w[3] = *(volatile __u32 *)&ctx->user_ip6[3];
 	__u8 addr[16];
-	copy6(addr, w);
+	user_ip6(addr, ctx);
 	/* NAT64 (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32) forms get no special
 	 * treatment: like every other address they are denied unless an allow entry or a CIDR
 	 * names them. Mapped addresses hit the IPv4 entries, stored in mapped form. */
@@ -410,13 +415,8 @@ int sendmsg4(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg6")
 int sendmsg6(struct bpf_sock_addr *ctx)
 {
-	__u32 w[4];
-	w[0] = *(volatile __u32 *)&ctx->user_ip6[0];
-	w[1] = *(volatile __u32 *)&ctx->user_ip6[1];
-	w[2] = *(volatile __u32 *)&ctx->user_ip6[2];
-	w[3] = *(volatile __u32 *)&ctx->user_ip6[3];
 	__u8 addr[16];
-	copy6(addr, w);
+	user_ip6(addr, ctx);
 	return decide_sendmsg(ctx, addr, HOOK_SENDMSG6);
 }
 
