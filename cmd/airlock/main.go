@@ -59,6 +59,7 @@ func commands() []command {
 		{"run", "serve one sandbox's sidecar: proxy, DNS filter, model API, kernel enforcement, admin", runCmd},
 		{"policy", "check, explain and test policy files, list placeholders (policy check|explain|test|placeholders)", policyCmd},
 		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
+		{"sandbox", "create, enter, list and remove local sandboxes (sandbox create|exec|list|delete|reap|doctor)", sandboxCmd},
 		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
 		{"version", "print the version", versionCmd},
 	}

@@ -1,0 +1,617 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-dev/airlock/proxy"
+	"github.com/airlock-dev/airlock/sandbox"
+)
+
+const sandboxUsage = `Usage: airlock sandbox <command> [flags] [args]
+
+Commands:
+  create NAME   create a sandbox: network namespace, veth, cgroup, supervised sidecar, eBPF
+  exec NAME     run a command inside a sandbox (exit code, stdin/stdout, TTY pass through)
+  list          list sandboxes with health, bytes, denies and model spend (--json)
+  delete NAME   stop the sidecar gracefully and remove everything of a sandbox (idempotent)
+  reap          remove expired and orphaned sandboxes (--older-than D)
+  doctor        check this machine can run sandboxes: a PASS/FAIL table with fixes
+
+Every command takes --state-dir (env AIRLOCK_STATE_DIR). Run "airlock sandbox <command> --help".
+`
+
+func sandboxCmd(args []string, stdout, stderr io.Writer) error {
+	return dispatch("sandbox", sandboxUsage, map[string]runFunc{
+		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
+		"reap": sandboxReap, "doctor": sandboxDoctor,
+		"supervise": sandboxSupervise, "enter": sandboxEnter, // internal: started by create and exec
+	}, args, stdout, stderr)
+}
+
+// manager opens the store of the state directory with this binary as the sidecar.
+func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
+	store, err := sandbox.OpenStore(stateDir)
+	if err != nil {
+		return nil, failf("%v", err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, failf("find the airlock executable: %v", err)
+	}
+	loadCA := func(dir string) ([]byte, error) {
+		ca, err := proxy.LoadOrCreateCA(dir, time.Now)
+		if err != nil {
+			return nil, err
+		}
+		return ca.CertPEM(), nil
+	}
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA}, nil
+}
+
+// createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
+type createFlags struct {
+	stateDir, policy, profile, environment, subnet, cgroupParent, upstreamDNS, backend string
+	cpu                                                                                float64
+	memory                                                                             string
+	pids                                                                               int
+	readyTimeout                                                                       time.Duration
+}
+
+func addCreateFlags(fs *flagSet) *createFlags {
+	c := &createFlags{}
+	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory; sandboxes live in DIR/sandboxes/")
+	fs.StringVar(&c.policy, "policy", "", "policy YAML the sandbox's sidecar enforces (hot-reloaded when it changes)")
+	fs.StringVar(&c.profile, "profile", "", "enforce a built-in profile instead of a policy file: offline | repo-read | repo-write | deployment")
+	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses a sandbox without kernel enforcement")
+	fs.StringVar(&c.subnet, "subnet", sandbox.DefaultSubnet, "IPv4 pool for the sandboxes' links; each sandbox takes one /30 (.1 sidecar, .2 sandbox)")
+	fs.StringVar(&c.cgroupParent, "cgroup-parent", "", "cgroup v2 directory holding the sandboxes' cgroups (default <cgroup2 root>/airlock)")
+	fs.StringVar(&c.upstreamDNS, "upstream-dns", "", "resolver the sidecar uses (host:port); default: the policy's dns.upstreams, else /etc/resolv.conf")
+	fs.Float64Var(&c.cpu, "cpu", 0, "CPU limit in CPUs (cpu.max); 0 means none")
+	fs.StringVar(&c.memory, "memory", "", "memory limit (memory.max), e.g. 512M or 4G; empty means none")
+	fs.IntVar(&c.pids, "pids", 0, "task limit (pids.max); 0 means none")
+	fs.DurationVar(&c.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for the sidecar to become ready")
+	fs.StringVar(&c.backend, "backend", "local", "local (network namespace + cgroup on this machine) | kubernetes (a pod with the sidecar injected)")
+	return c
+}
+
+// options turns the flags into CreateOptions for sandbox name.
+func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOptions, error) {
+	mem, err := parseBytes(c.memory)
+	if err != nil {
+		return sandbox.CreateOptions{}, failf("--memory %q: %v", c.memory, err)
+	}
+	return sandbox.CreateOptions{
+		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
+		CgroupParent: c.cgroupParent, UpstreamDNS: c.upstreamDNS, RunArgs: runArgs, Env: os.Environ(),
+		Limits:       sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
+		ReadyTimeout: c.readyTimeout,
+	}, nil
+}
+
+// parseBytes reads "512M", "4G", "1048576" (binary units).
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	case "T":
+		mult = 1 << 40
+	}
+	if mult > 1 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errors.New("use a positive number of bytes, optionally with K, M, G or T")
+	}
+	return n * mult, nil
+}
+
+const createLong = `
+Create a sandbox on this machine: a network namespace (airlock-NAME) joined to this one by a
+veth pair on a /30 of --subnet, a cgroup v2 directory, and its own sidecar ("airlock run",
+supervised and restarted on crash, logs in the state directory) with kernel enforcement (eBPF)
+attached to the cgroup. The sandbox's resolv.conf points at the sidecar's DNS filter; its env
+file sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
+NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL.
+Without the env file, TCP 80 and 443 are redirected to the transparent proxy in the kernel.
+
+Flags after "--" go to the sidecar's "airlock run" (e.g. -- --vault-addr https://vault:8200).
+The sidecar inherits this command's environment (credential sources, VAULT_TOKEN, ...).
+
+Production refuses to create a sandbox without kernel enforcement; staging and development
+warn and fall back to the proxy and DNS filter alone. With --backend kubernetes, a pod
+labelled for sidecar injection is created instead (see "airlock webhook").`
+
+func sandboxCreate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox create", "airlock sandbox create NAME (--policy FILE | --profile P) [flags] [-- RUN-FLAGS]", createLong, stderr)
+	c := addCreateFlags(fs)
+	asJSON := fs.Bool("json", false, "print the created sandbox's status as JSON instead of progress lines")
+	rest, runArgs := splitDashDash(args)
+	pos, err := fs.parse(rest, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return failf("sandbox create: give exactly one NAME")
+	}
+	name := pos[0]
+	if c.backend != "local" {
+		return createOtherBackend(c, name, runArgs, stdout)
+	}
+	o, err := c.options(name, runArgs)
+	if err != nil {
+		return err
+	}
+	progress := stdout
+	if *asJSON {
+		progress = nil
+	} else {
+		fmt.Fprintf(stdout, "creating sandbox %s (%s environment)\n", name, o.Environment)
+	}
+	m, err := manager(c.stateDir, progress)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := m.Create(ctx, o)
+	var warn *sandbox.Warning
+	if errors.As(err, &warn) {
+		fmt.Fprintln(stderr, "airlock:", warn.Msg)
+		err = nil
+	}
+	if err != nil {
+		return failf("sandbox create %s: %v", name, err)
+	}
+	if *asJSON {
+		statuses, _ := m.Statuses(ctx, 2*time.Second)
+		for _, s := range statuses {
+			if s.Name == st.Name {
+				return writeJSON(stdout, s)
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(stdout, `
+  run a command:   airlock sandbox exec %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
+  env file:        %[2]s
+  CA bundle:       %[3]s
+  proxy:           http://%[4]s:%[5]d   model API: http://%[4]s:%[6]d/v1   DNS: %[4]s:53
+  audit log:       %[7]s
+  sidecar log:     %[8]s
+  remove:          airlock sandbox delete %[1]s
+`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile())
+	return nil
+}
+
+// createOtherBackend creates a sandbox on a backend other than local.
+func createOtherBackend(c *createFlags, name string, runArgs []string, stdout io.Writer) error {
+	switch c.backend {
+	case "kubernetes":
+		return failf("sandbox create --backend kubernetes: not built in")
+	default:
+		return failf("--backend %q: use local or kubernetes", c.backend)
+	}
+}
+
+// splitDashDash splits args at the first "--".
+func splitDashDash(args []string) (before, after []string) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], args[i+1:]
+		}
+	}
+	return args, nil
+}
+
+const execLong = `
+Run CMD inside sandbox NAME: in its network namespace, started directly in its cgroup, with
+/etc/resolv.conf pointing at its DNS filter and the env file's variables added to this
+environment. The airlock state directory is hidden from CMD except for the sandbox's public
+files (env file, CA bundle), the cgroup and bpf filesystems are read-only, and CMD runs with
+every capability dropped and no_new_privs set, even as root. stdin, stdout, stderr and the
+terminal are CMD's; the exit status is CMD's (128+N when killed by signal N).
+
+--no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
+the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
+--ephemeral creates sandbox NAME first (taking the create flags) and deletes it afterwards:
+one sandbox per command (the per_tool mode).`
+
+func sandboxExec(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
+	c := addCreateFlags(fs)
+	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
+	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
+	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
+	// Flags stop at NAME: everything after it is the command.
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return errHelp
+		}
+		return errUsage
+	}
+	if err := fs.applyEnv(); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) < 2 {
+		fs.Usage()
+		return failf("sandbox exec: give NAME and a command")
+	}
+	name, argv := rest[0], rest[1:]
+	if argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return failf("sandbox exec: give a command after NAME")
+	}
+	uid, gid, err := parseUser(*user)
+	if err != nil {
+		return err
+	}
+
+	var progress io.Writer
+	if *ephemeral {
+		progress = stderr
+	}
+	m, err := manager(c.stateDir, progress)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if *ephemeral {
+		o, err := c.options(name, nil)
+		if err != nil {
+			return err
+		}
+		_, err = m.Create(ctx, o)
+		var warn *sandbox.Warning
+		if errors.As(err, &warn) {
+			fmt.Fprintln(stderr, "airlock:", warn.Msg)
+			err = nil
+		}
+		if err != nil {
+			return failf("sandbox exec --ephemeral: create %s: %v", name, err)
+		}
+		defer func() {
+			if err := m.Delete(context.Background(), name); err != nil {
+				fmt.Fprintf(stderr, "airlock: sandbox exec --ephemeral: delete %s: %v\n", name, err)
+			}
+		}()
+	}
+	code, err := runInSandbox(m, name, argv, sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ()})
+	if err != nil {
+		return failf("sandbox exec %s: %v", name, err)
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// runInSandbox runs argv in the sandbox with this process's stdio and returns its exit code.
+// While it runs, SIGINT and SIGQUIT are left to the command (the terminal sends them to its
+// process group, which the command shares); SIGTERM and SIGHUP are passed on.
+func runInSandbox(m *sandbox.Manager, name string, argv []string, o sandbox.ExecOptions) (int, error) {
+	cmd, st, err := m.Command(name, argv, o)
+	if err != nil {
+		return 0, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	if err := sandbox.StartCommand(cmd, st); err != nil {
+		return 0, err
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGTERM || s == syscall.SIGHUP {
+					_ = cmd.Process.Signal(s)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return 0, err
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return cmd.ProcessState.ExitCode(), nil
+}
+
+// parseUser reads UID[:GID]; -1 means unchanged.
+func parseUser(s string) (uid, gid int, err error) {
+	if s == "" {
+		return -1, -1, nil
+	}
+	u, g, hasG := strings.Cut(s, ":")
+	if uid, err = strconv.Atoi(u); err != nil || uid < 0 {
+		return 0, 0, failf("--user %q: give a numeric UID[:GID]", s)
+	}
+	gid = uid
+	if hasG {
+		if gid, err = strconv.Atoi(g); err != nil || gid < 0 {
+			return 0, 0, failf("--user %q: give a numeric UID[:GID]", s)
+		}
+	}
+	return uid, gid, nil
+}
+
+func sandboxList(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox list", "airlock sandbox list [--json]", `
+List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
+sandbox sent, denials (kernel, proxy and DNS) and model API spend since the sidecar started.`, stderr)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	asJSON := fs.Bool("json", false, "print a JSON array with every field")
+	rest, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	m, err := manager(*stateDir, nil)
+	if err != nil {
+		return err
+	}
+	statuses, err := m.Statuses(context.Background(), 2*time.Second)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: sandbox list: %v\n", err)
+	}
+	if *asJSON {
+		if statuses == nil {
+			statuses = []sandbox.Status{}
+		}
+		return writeJSON(stdout, statuses)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tDENIES\tLLM SPEND")
+	for _, s := range statuses {
+		kernel := "on"
+		if !s.Kernel {
+			kernel = "OFF"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", s.Name, age(time.Duration(s.AgeSeconds)*time.Second),
+			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.LLMSpendUSD)
+	}
+	return tw.Flush()
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func sandboxDelete(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox delete", "airlock sandbox delete NAME [NAME...]", `
+Stop each sandbox's sidecar gracefully (SIGTERM: it revokes its Vault leases; SIGKILL after
+30 s), kill what still runs in its cgroup, detach and unpin its kernel programs, and remove its
+network namespace, veth pair, cgroup and state. Deleting a sandbox that does not exist
+succeeds; a failed step keeps the state file so that delete or reap can retry.`, stderr)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	names, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		fs.Usage()
+		return failf("sandbox delete: give at least one NAME")
+	}
+	m, err := manager(*stateDir, stdout)
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, name := range names {
+		began := time.Now()
+		err := m.Delete(context.Background(), name)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			fmt.Fprintf(stdout, "sandbox %s: not found (nothing to delete)\n", name)
+		case err != nil:
+			errs = append(errs, err.Error())
+		default:
+			fmt.Fprintf(stdout, "sandbox %s deleted in %s\n", name, time.Since(began).Round(time.Millisecond))
+		}
+	}
+	if len(errs) > 0 {
+		return failf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func sandboxReap(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
+Remove sandboxes created longer ago than --older-than, and orphaned ones of any age: those a
+crashed create or delete left half-built, those whose supervisor is gone, and cgroups under
+the sandboxes' cgroup parent that no state file names. Run it from cron or a systemd timer.`, stderr)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	olderThan := fs.Duration("older-than", 0, "remove sandboxes older than this (e.g. 10m, 24h); required")
+	rest, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 || !flagGiven(fs, "older-than") {
+		fs.Usage()
+		return failf("sandbox reap: --older-than is required (0s removes every sandbox)")
+	}
+	m, err := manager(*stateDir, nil)
+	if err != nil {
+		return err
+	}
+	results, err := m.Reap(context.Background(), *olderThan)
+	var failed []string
+	for _, r := range results {
+		if r.Err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", r.Name, r.Err))
+			continue
+		}
+		fmt.Fprintf(stdout, "reaped %s: %s\n", r.Name, r.Reason)
+	}
+	if len(results) == 0 {
+		fmt.Fprintln(stdout, "nothing to reap")
+	}
+	if err != nil {
+		failed = append(failed, err.Error())
+	}
+	if len(failed) > 0 {
+		return failf("sandbox reap: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// flagGiven reports whether the flag was set on the command line or from its variable.
+func flagGiven(fs *flagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if _, ok := os.LookupEnv(envName(name)); ok {
+		given = true
+	}
+	return given
+}
+
+func sandboxDoctor(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
+Check that this machine can run sandboxes: privileges, cgroup v2, bpffs, the kernel's BPF
+features, the BPF LSM, network namespaces and veth pairs, the --subnet, wildcard listeners on
+the sidecar ports, the state directory and Vault (when VAULT_ADDR or --vault-addr is set).
+Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything failed.`, stderr)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	subnet := fs.String("subnet", sandbox.DefaultSubnet, "the --subnet sandboxes will use")
+	cgroupParent := fs.String("cgroup-parent", "", "the --cgroup-parent sandboxes will use")
+	vaultAddr := fs.String("vault-addr", os.Getenv("VAULT_ADDR"), "Vault to check (default $VAULT_ADDR)")
+	asJSON := fs.Bool("json", false, "print the checks as JSON")
+	rest, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	m, err := manager(*stateDir, nil)
+	if err != nil {
+		return err
+	}
+	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr})
+	failed := 0
+	for _, c := range checks {
+		if c.Result == sandbox.Fail {
+			failed++
+		}
+	}
+	if *asJSON {
+		if err := writeJSON(stdout, checks); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CHECK\tRESULT\tDETAIL")
+		for _, c := range checks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Result, c.Detail)
+			if c.Fix != "" && c.Result != sandbox.Pass {
+				fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return failf("sandbox doctor: %d check(s) failed", failed)
+	}
+	return nil
+}
+
+// sandboxSupervise is the detached supervisor create starts: it runs and restarts the
+// sandbox's sidecar until SIGTERM.
+func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sandbox supervise", "airlock sandbox supervise NAME", "Internal: started by sandbox create.", stderr)
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	rest, err := fs.parse(args, stdout, false)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return errUsage
+	}
+	store, err := sandbox.OpenStore(*stateDir)
+	if err != nil {
+		return failf("%v", err)
+	}
+	st, err := store.Load(rest[0])
+	if err != nil {
+		return failf("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	signal.Ignore(syscall.SIGHUP)
+	if err := sandbox.Supervise(ctx, st, os.Stderr); err != nil {
+		return failf("supervise %s: %v", st.Name, err)
+	}
+	return nil
+}
+
+// sandboxEnter is the helper exec starts inside the sandbox; it execs the command.
+func sandboxEnter(args []string, stdout, stderr io.Writer) error {
+	err := sandbox.Enter()
+	var ee *sandbox.ExecError
+	if errors.As(err, &ee) {
+		return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
+	}
+	return &exitError{code: 126, msg: "sandbox exec: " + err.Error()}
+}

@@ -1,0 +1,274 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/ebpf"
+)
+
+// Check results.
+const (
+	Pass = "PASS"
+	Fail = "FAIL"
+	Warn = "WARN"
+	Skip = "SKIP"
+)
+
+// Check is one row of `sandbox doctor`.
+type Check struct {
+	Name   string `json:"name"`
+	Result string `json:"result"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// DoctorOptions say what the doctor checks against.
+type DoctorOptions struct {
+	Subnet       string // the --subnet sandboxes will use (DefaultSubnet when empty)
+	CgroupParent string // the --cgroup-parent (<cgroup2 root>/airlock when empty)
+	VaultAddr    string // Vault to reach, if any (VAULT_ADDR / --vault-addr)
+}
+
+// Doctor checks what the local backend needs from this machine: privileges, cgroup v2, bpffs,
+// the kernel's BPF features, network namespaces and veth pairs, the sidecar ports, the subnet,
+// the state directory and Vault. Every failure comes with its fix.
+func (m *Manager) Doctor(ctx context.Context, o DoctorOptions) []Check {
+	var out []Check
+	add := func(name, result, detail, fix string) {
+		out = append(out, Check{Name: name, Result: result, Detail: detail, Fix: fix})
+	}
+
+	if os.Geteuid() == 0 {
+		add("privileges", Pass, "running as root", "")
+	} else {
+		add("privileges", Fail, fmt.Sprintf("running as uid %d", os.Geteuid()),
+			"run airlock sandbox as root (it creates namespaces, cgroups and eBPF programs)")
+	}
+
+	root, err := ebpf.Cgroup2Root()
+	if err != nil {
+		add("cgroup v2", Fail, err.Error(), "mount it: mount -t cgroup2 none /sys/fs/cgroup (or boot with systemd.unified_cgroup_hierarchy=1)")
+	} else {
+		parent := o.CgroupParent
+		if parent == "" {
+			parent = filepath.Join(root, "airlock")
+		}
+		detail := "mounted at " + root + "; sandboxes under " + parent
+		if err := checkWritableDir(parent); err != nil {
+			add("cgroup v2", Fail, detail+": "+err.Error(), "give --cgroup-parent a cgroup v2 directory this user may create children in")
+		} else {
+			add("cgroup v2", Pass, detail, "")
+		}
+	}
+
+	if isMountType("/sys/fs/bpf", "bpf") {
+		add("bpffs", Pass, "mounted at /sys/fs/bpf", "")
+	} else {
+		add("bpffs", Warn, "/sys/fs/bpf is not mounted; the sidecar mounts it on first use",
+			"to make it permanent: mount -t bpf bpf /sys/fs/bpf (or an fstab line)")
+	}
+
+	if err := ebpf.Probe(); err != nil {
+		add("kernel BPF features", Fail, err.Error(),
+			"use a kernel >= 5.15 with CONFIG_BPF_SYSCALL, CONFIG_CGROUP_BPF and BTF; production sandboxes refuse to start without it")
+	} else {
+		add("kernel BPF features", Pass, "cgroup sock_addr, sock, skb and sockops programs; ring buffer, socket storage", "")
+	}
+	if lsm, err := os.ReadFile("/sys/kernel/security/lsm"); err == nil && strings.Contains(string(lsm), "bpf") {
+		add("BPF LSM", Pass, "active: packet sockets are refused in the kernel", "")
+	} else {
+		add("BPF LSM", Warn, "not active: packet sockets rely on sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
+			"boot with lsm=...,bpf to refuse packet sockets in the kernel as well")
+	}
+
+	if err := probeNetns(); err != nil {
+		add("network namespaces", Fail, err.Error(), "the kernel needs CONFIG_NET_NS and CONFIG_VETH, and airlock needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
+	} else {
+		add("network namespaces", Pass, "created a namespace with a veth pair and removed it", "")
+	}
+
+	subnetStr := o.Subnet
+	if subnetStr == "" {
+		subnetStr = DefaultSubnet
+	}
+	if subnet, err := parseSubnet(subnetStr); err != nil {
+		add("subnet", Fail, err.Error(), "give --subnet an IPv4 prefix of /30 or wider")
+	} else if clash := routeOverlap(subnet, m.Store); clash != "" {
+		add("subnet", Fail, fmt.Sprintf("%s overlaps %s", subnet, clash), "pick a --subnet no route of this machine uses")
+	} else {
+		add("subnet", Pass, subnet.String()+" is free for sandbox links", "")
+	}
+
+	if busy := wildcardListeners(); len(busy) > 0 {
+		add("ports", Fail, "wildcard listeners on sidecar ports: "+strings.Join(busy, ", "),
+			"bind that service to specific addresses, or stop it: each sidecar binds its link address on 53, 3128, 4000 and 15001")
+	} else {
+		add("ports", Pass, "nothing listens on *:53, *:3128, *:4000 or *:15001", "")
+	}
+
+	if err := checkWritableDir(m.Store.Dir); err != nil {
+		add("state directory", Fail, err.Error(), "give --state-dir a directory this user can write")
+	} else {
+		add("state directory", Pass, m.Store.Dir, "")
+	}
+
+	if o.VaultAddr == "" {
+		add("vault", Skip, "no VAULT_ADDR or --vault-addr: policies can only use env and file secrets", "")
+	} else if err := probeVault(ctx, o.VaultAddr); err != nil {
+		add("vault", Fail, err.Error(), "check VAULT_ADDR, the network path to Vault and its TLS trust (VAULT_CACERT)")
+	} else {
+		add("vault", Pass, o.VaultAddr+" answers /v1/sys/health", "")
+	}
+	return out
+}
+
+func checkWritableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return unix.Access(dir, unix.W_OK)
+}
+
+func isMountType(path, fstype string) bool {
+	for _, p := range mountsOfType(fstype) {
+		if p == path {
+			return true
+		}
+	}
+	return false
+}
+
+// probeNetns creates and removes a throw-away namespace holding both ends of a veth pair; it
+// touches nothing outside that namespace.
+func probeNetns() error {
+	name := fmt.Sprintf("airlock-doctor-%d", os.Getpid())
+	if err := createNetns(name); err != nil {
+		return err
+	}
+	defer deleteNetns(name)
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", name, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", name, err)
+	}
+	defer h.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, PeerName: "probe1"}
+	if err := h.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth pair: %w", err)
+	}
+	return nil
+}
+
+// routeOverlap names a route of this namespace that overlaps subnet, other than the sandbox
+// links of this store.
+func routeOverlap(subnet netip.Prefix, store *Store) string {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return ""
+	}
+	ours := map[string]bool{}
+	if states, err := store.List(); err == nil {
+		for _, s := range states {
+			ours[s.HostVeth] = true
+		}
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		p, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		bits, _ := r.Dst.Mask.Size()
+		rp := netip.PrefixFrom(p.Unmap(), bits)
+		if !rp.Overlaps(subnet) {
+			continue
+		}
+		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil && ours[l.Attrs().Name] {
+			continue
+		}
+		return "route " + rp.String()
+	}
+	return ""
+}
+
+// wildcardListeners lists sockets bound to 0.0.0.0 or :: on the sidecar ports: they keep a
+// sidecar from binding its link address.
+func wildcardListeners() []string {
+	ports := map[int]bool{DNSPort: true, ProxyPort: true, LLMPort: true, TransparentPort: true}
+	var out []string
+	for _, f := range []struct{ file, proto string }{{"/proc/net/tcp", "tcp"}, {"/proc/net/tcp6", "tcp6"}, {"/proc/net/udp", "udp"}, {"/proc/net/udp6", "udp6"}} {
+		fh, err := os.Open(f.file)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Scan() // header
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 4 {
+				continue
+			}
+			local, state := fields[1], fields[3]
+			addr, portHex, ok := strings.Cut(local, ":")
+			if !ok {
+				continue
+			}
+			port, err := strconv.ParseInt(portHex, 16, 32)
+			if err != nil || !ports[int(port)] || strings.Trim(addr, "0") != "" {
+				continue
+			}
+			if strings.HasPrefix(f.proto, "tcp") && state != "0A" { // LISTEN
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s *:%d", f.proto, port))
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// probeVault asks Vault's unauthenticated health endpoint; a sealed or standby Vault counts as
+// reachable but is reported.
+func probeVault(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(addr, "/")+"/v1/sys/health?standbyok=true", nil)
+	if err != nil {
+		return fmt.Errorf("vault address %q: %w", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reach vault: %w", err)
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusTooManyRequests:
+		return nil
+	case http.StatusServiceUnavailable:
+		return errors.New("vault is sealed (503)")
+	case 501:
+		return errors.New("vault is not initialized (501)")
+	default:
+		return fmt.Errorf("vault health: HTTP %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,308 @@
+package sandbox
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// enterEnv carries the enter spec from `sandbox exec` to the `sandbox enter` helper it starts.
+const enterEnv = "AIRLOCK_SANDBOX_ENTER"
+
+// ExecOptions say how to run a command inside a sandbox.
+type ExecOptions struct {
+	// NoEnv leaves out the env file's proxy, CA and model API variables (and removes any the
+	// caller had): the command then reaches out only through the DNS filter and the kernel's
+	// redirect to the transparent proxy.
+	NoEnv bool
+	// UID and GID switch the command's user and group; -1 keeps the caller's.
+	UID, GID int
+	// Env is the caller's environment the command starts from.
+	Env []string
+}
+
+// enterSpec is what the helper needs to finish entering: it runs inside the sandbox's network
+// namespace and cgroup already, in a mount namespace of its own.
+type enterSpec struct {
+	Sandbox    string   `json:"sandbox"`
+	ResolvConf string   `json:"resolv_conf"`
+	PublicDir  string   `json:"public_dir"`
+	StateRoot  string   `json:"state_root"`
+	UID        int      `json:"uid"`
+	GID        int      `json:"gid"`
+	Argv       []string `json:"argv"`
+}
+
+// Command prepares argv to run inside sandbox name: in its network namespace, started directly
+// in its cgroup (no moment outside it), with /etc/resolv.conf pointing at its DNS filter, the
+// airlock state directory hidden except for the sandbox's public files, the cgroup and bpf
+// filesystems read-only, and every capability dropped (no_new_privs). The caller sets Stdin,
+// Stdout and Stderr and calls Start (which must be StartCommand) and Wait.
+func (m *Manager) Command(name string, argv []string, o ExecOptions) (*exec.Cmd, *State, error) {
+	if len(argv) == 0 {
+		return nil, nil, errors.New("no command to run")
+	}
+	st, err := m.Store.Load(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Phase != PhaseReady {
+		return nil, nil, fmt.Errorf("sandbox %s is %s, not ready (reap or delete it)", name, st.Phase)
+	}
+	spec := enterSpec{
+		Sandbox: st.Name, ResolvConf: st.ResolvConf(), PublicDir: st.PublicDir(), StateRoot: m.Store.StateRoot,
+		UID: o.UID, GID: o.GID, Argv: argv,
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := slices.DeleteFunc(slices.Clone(o.Env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == enterEnv || (o.NoEnv && slices.Contains(proxyEnvKeys, k))
+	})
+	if !o.NoEnv {
+		env = mergeEnv(env, st.EnvVars())
+	}
+	cmd := exec.Command(m.Binary, "sandbox", "enter")
+	cmd.Env = append(env, enterEnv+"="+string(data))
+	return cmd, st, nil
+}
+
+// mergeEnv sets every KEY=VALUE of add in env, replacing an earlier value.
+func mergeEnv(env, add []string) []string {
+	keys := map[string]bool{}
+	for _, kv := range add {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[k] = true
+	}
+	out := slices.DeleteFunc(env, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return keys[k]
+	})
+	return append(out, add...)
+}
+
+// StartCommand starts cmd (from Command) from a thread inside the sandbox's network namespace,
+// cloned straight into its cgroup and into a new mount namespace.
+func StartCommand(cmd *exec.Cmd, st *State) error {
+	nsPath := filepath.Join(NetnsDir, st.Netns)
+	nsfd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
+	}
+	defer unix.Close(nsfd)
+	cg, err := os.Open(st.Cgroup)
+	if err != nil {
+		return fmt.Errorf("open cgroup %s: %w", st.Cgroup, err)
+	}
+	defer cg.Close()
+	attr := cmd.SysProcAttr
+	if attr == nil {
+		attr = &syscall.SysProcAttr{}
+	}
+	attr.UseCgroupFD, attr.CgroupFD = true, int(cg.Fd())
+	attr.Unshareflags |= syscall.CLONE_NEWNS // Go also makes / recursively private in the child
+	cmd.SysProcAttr = attr
+
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter network namespace %s: %w", st.Netns, err)
+			return
+		}
+		serr := cmd.Start()
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: it dies with this goroutine instead of being reused.
+			errc <- errors.Join(serr, fmt.Errorf("leave network namespace %s: %w", st.Netns, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- serr
+	}()
+	return <-errc
+}
+
+// Enter is the `sandbox enter` helper: started by StartCommand inside the sandbox's network
+// namespace, cgroup and a private mount namespace, it fixes up the mounts, drops privileges and
+// execs the command. It returns only on failure.
+func Enter() error {
+	var spec enterSpec
+	if err := json.Unmarshal([]byte(os.Getenv(enterEnv)), &spec); err != nil || len(spec.Argv) == 0 {
+		return errors.New("sandbox enter is started by `airlock sandbox exec`, not by hand")
+	}
+	os.Unsetenv(enterEnv)
+	// Capabilities, the bounding set and no_new_privs are per thread: do everything, exec
+	// included, on this one.
+	runtime.LockOSThread()
+
+	if err := unix.Mount(spec.ResolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("point /etc/resolv.conf at the DNS filter: %w", err)
+	}
+	if err := hideState(spec.StateRoot, spec.PublicDir); err != nil {
+		return err
+	}
+	for _, p := range mountsOfType("cgroup2", "bpf") {
+		if err := readOnly(p); err != nil {
+			return err
+		}
+	}
+	if err := dropPrivileges(spec.UID, spec.GID); err != nil {
+		return err
+	}
+	path, err := exec.LookPath(spec.Argv[0])
+	if err != nil {
+		return &ExecError{Code: 127, Err: err}
+	}
+	err = syscall.Exec(path, spec.Argv, os.Environ())
+	return &ExecError{Code: 126, Err: fmt.Errorf("exec %s: %w", path, err)}
+}
+
+// ExecError is a failure to start the command itself, with the shell's exit code for it.
+type ExecError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExecError) Error() string { return e.Err.Error() }
+func (e *ExecError) Unwrap() error { return e.Err }
+
+// hideState covers the airlock state directory (CA key, ledger, credentials' placeholder key,
+// other sandboxes) with an empty read-only tmpfs, except for this sandbox's public directory,
+// which is bind-mounted back read-only at the same path.
+func hideState(root, public string) error {
+	fd, err := unix.Open(public, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", public, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Mount("airlock-hidden", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("hide %s: %w", root, err)
+	}
+	if err := os.MkdirAll(public, 0o755); err != nil {
+		return fmt.Errorf("hide %s: %w", root, err)
+	}
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fd), public, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("expose %s: %w", public, err)
+	}
+	if err := unix.Mount("", public, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", public, err)
+	}
+	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("make %s read-only: %w", root, err)
+	}
+	return nil
+}
+
+// mountsOfType lists the mount points of the given filesystem types (/proc/self/mountinfo).
+func mountsOfType(types ...string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		pf, qf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(qf) < 1 || !slices.Contains(types, qf[0]) {
+			continue
+		}
+		out = append(out, unescapeMount(pf[4]))
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// readOnly re-mounts p read-only in this mount namespace (a read-only bind of itself).
+func readOnly(p string) error {
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", p, err)
+	}
+	if err := unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", p, err)
+	}
+	return nil
+}
+
+// dropPrivileges switches to uid/gid (when >= 0), sets no_new_privs and drops every capability
+// from the bounding, ambient, inheritable, permitted and effective sets of this thread, so
+// that even uid 0 cannot leave the namespace, the cgroup or the mounts it was given.
+func dropPrivileges(uid, gid int) error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	for c := 0; ; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				break // past the last capability
+			}
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if gid >= 0 {
+		if err := syscall.Setgroups(nil); err != nil {
+			return fmt.Errorf("drop supplementary groups: %w", err)
+		}
+		if err := syscall.Setgid(gid); err != nil {
+			return fmt.Errorf("setgid %d: %w", gid, err)
+		}
+	}
+	if uid >= 0 {
+		if err := syscall.Setuid(uid); err != nil {
+			return fmt.Errorf("setuid %d: %w", uid, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Health of a sandbox's sidecar.
+const (
+	HealthOK      = "ok"      // /readyz answers 200
+	HealthDown    = "down"    // no sidecar answers (restarting, or its supervisor is gone)
+	HealthUnknown = "unknown" // not ready yet, or being deleted
+)
+
+// Status is one row of `sandbox list`: the state plus what the sidecar reports now.
+type Status struct {
+	Name          string    `json:"name"`
+	Backend       string    `json:"backend"`
+	Phase         Phase     `json:"phase"`
+	Created       time.Time `json:"created"`
+	AgeSeconds    int64     `json:"age_seconds"`
+	Policy        string    `json:"policy"`
+	Environment   string    `json:"environment"`
+	Health        string    `json:"health"`
+	Kernel        bool      `json:"kernel"`
+	Bytes         uint64    `json:"bytes"`         // bytes the sandbox sent (kernel counter; proxy bytes without it)
+	Denies        uint64    `json:"denies"`        // kernel, proxy and DNS denials
+	LLMSpendUSD   float64   `json:"llm_spend_usd"` // model API cost since the sidecar started
+	Netns         string    `json:"netns"`
+	HostVeth      string    `json:"host_veth"`
+	HostAddr      string    `json:"host_addr"`
+	SandboxAddr   string    `json:"sandbox_addr"`
+	Cgroup        string    `json:"cgroup"`
+	StateDir      string    `json:"state_dir"`
+	EnvFile       string    `json:"env_file"`
+	CABundle      string    `json:"ca_bundle"`
+	LogFile       string    `json:"log_file"`
+	AuditLog      string    `json:"audit_log"`
+	AdminAddr     string    `json:"admin_addr"`
+	SupervisorPid int       `json:"supervisor_pid"`
+	SidecarPid    int       `json:"sidecar_pid"`
+}
+
+// Statuses reports every sandbox of the store, asking the sidecars concurrently (each bounded
+// by timeout).
+func (m *Manager) Statuses(ctx context.Context, timeout time.Duration) ([]Status, error) {
+	states, err := m.Store.List()
+	out := make([]Status, len(states))
+	var wg sync.WaitGroup
+	for i, st := range states {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = status(ctx, st, timeout)
+		}()
+	}
+	wg.Wait()
+	return out, err
+}
+
+func status(ctx context.Context, st *State, timeout time.Duration) Status {
+	s := Status{
+		Name: st.Name, Backend: st.Backend, Phase: st.Phase, Created: st.Created,
+		AgeSeconds: int64(time.Since(st.Created).Seconds()), Policy: st.Policy, Environment: st.Environment,
+		Health: HealthUnknown, Kernel: st.Kernel, Netns: st.Netns, HostVeth: st.HostVeth, HostAddr: st.HostAddr,
+		SandboxAddr: st.SandboxAddr, Cgroup: st.Cgroup, StateDir: st.Dir, EnvFile: st.EnvFile(),
+		CABundle: st.CABundle(), LogFile: st.LogFile(), AuditLog: st.AuditLog(), AdminAddr: st.AdminAddr,
+		SidecarPid: sidecarPid(st),
+	}
+	if alive(st.SupervisorPid, st.SupervisorTick) {
+		s.SupervisorPid = st.SupervisorPid
+	}
+	if st.Phase != PhaseReady {
+		return s
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+st.AdminAddr+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		return client.Do(req)
+	}
+	resp, err := get("/readyz")
+	if err != nil {
+		s.Health = HealthDown
+		return s
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.Health = HealthDown
+		return s
+	}
+	s.Health = HealthOK
+	if resp, err = get("/metrics"); err == nil {
+		defer resp.Body.Close()
+		if fams, err := parseMetrics(resp.Body); err == nil {
+			s.Bytes = uint64(sum(fams, "airlock_kernel_egress_bytes_total", nil))
+			if !st.Kernel {
+				s.Bytes = uint64(sum(fams, "airlock_proxy_bytes_total", nil))
+			}
+			s.Denies = uint64(sum(fams, "airlock_kernel_denies_total", nil) +
+				sum(fams, "airlock_proxy_requests_total", map[string]string{"decision": "deny"}) +
+				sum(fams, "airlock_dns_queries_total", map[string]string{"decision": "deny"}))
+			s.LLMSpendUSD = sum(fams, "airlock_llm_cost_usd_total", nil)
+		}
+	}
+	return s
+}
+
+func parseMetrics(r io.Reader) (map[string]*dtoFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	out := make(map[string]*dtoFamily, len(fams))
+	for name, f := range fams {
+		df := &dtoFamily{}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+			df.samples = append(df.samples, sample{labels: labels, value: v})
+		}
+		out[name] = df
+	}
+	return out, nil
+}
+
+// dtoFamily is a parsed metric family: its samples with their labels.
+type dtoFamily struct{ samples []sample }
+
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// sum adds the samples of the family whose labels include match.
+func sum(fams map[string]*dtoFamily, name string, match map[string]string) float64 {
+	f, ok := fams[name]
+	if !ok {
+		return 0
+	}
+	var total float64
+next:
+	for _, s := range f.samples {
+		for k, v := range match {
+			if s.labels[k] != v {
+				continue next
+			}
+		}
+		total += s.value
+	}
+	return total
+}
