@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -179,8 +180,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 			st = nil
 		}
 	}()
+	last := time.Now()
 	step := func(n int, what, format string, a ...any) {
-		m.progressf("  [%d/6] %-8s %s", n, what, fmt.Sprintf(format, a...))
+		now := time.Now()
+		m.progressf("  [%d/6] %-8s %s (%s)", n, what, fmt.Sprintf(format, a...), now.Sub(last).Round(100*time.Microsecond))
+		last = now
 	}
 	if err := os.MkdirAll(st.sidecarStateDir(), 0o700); err != nil {
 		return st, fmt.Errorf("create %s: %w", st.Dir, err)
@@ -223,7 +227,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 		return st, fmt.Errorf("step sidecar: %w", err)
 	}
 	st.SidecarArgs = sidecarArgs(st, o)
-	if err := m.startSupervisor(st, o.Env); err != nil {
+	sidecarDone, err := m.startSidecar(st, o.Env)
+	if err != nil {
 		return st, fmt.Errorf("step sidecar: %w", err)
 	}
 	if err := m.Store.Save(st); err != nil {
@@ -233,7 +238,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	if err := m.waitSidecar(ctx, st, timeout); err != nil {
+	if err := m.waitSidecar(ctx, st, sidecarDone, timeout); err != nil {
 		return st, fmt.Errorf("step sidecar: %w", err)
 	}
 	step(5, "sidecar", "pid %d (supervisor %d), proxy %s:%d, DNS :%d, model API :%d, admin %s",
@@ -361,55 +366,58 @@ func freeLoopbackAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// startSupervisor starts `airlock sandbox supervise` detached (its own session, output to the
-// sandbox's log file) and records its pid.
-func (m *Manager) startSupervisor(st *State, env []string) error {
+// startSidecar starts the first sidecar and its supervisor, both detached (their own
+// sessions, output to the sandbox's log file), side by side: the supervisor adopts the running
+// sidecar, so its own start-up is not on the path to a ready sandbox.
+func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan struct{}, err error) {
 	logf, err := os.OpenFile(st.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("open log: %w", err)
+		return nil, fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(m.Binary, "sandbox", "supervise", "--state-dir", m.Store.StateRoot, st.Name)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start supervisor: %w", err)
+	start := func(args ...string) (*exec.Cmd, error) {
+		cmd := exec.Command(m.Binary, args...)
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		return cmd, cmd.Start()
 	}
-	st.SupervisorPid = cmd.Process.Pid
+	sidecar, err := start(st.SidecarArgs...)
+	if err != nil {
+		return nil, fmt.Errorf("start sidecar: %w", err)
+	}
+	if err := writePidFile(st.sidecarPidFile(), sidecar.Process.Pid); err != nil {
+		_ = sidecar.Process.Kill()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = sidecar.Wait(); close(done) }()
+	sup, err := start("sandbox", "supervise", "--state-dir", m.Store.StateRoot, "--adopt", strconv.Itoa(sidecar.Process.Pid), st.Name)
+	if err != nil {
+		return done, fmt.Errorf("start supervisor: %w", err)
+	}
+	st.SupervisorPid = sup.Process.Pid
 	st.SupervisorTick, _ = procStart(st.SupervisorPid)
-	// Reap it if it exits while this process still runs; once this process exits the
-	// supervisor is re-parented and runs on.
-	go func() { _ = cmd.Wait() }()
-	return nil
+	// Reap them if they exit while this process still runs; once it exits they are
+	// re-parented and run on.
+	go func() { _ = sup.Wait() }()
+	return done, nil
 }
 
-// waitSidecar waits for /readyz, or for the supervisor to give up (its log then says why).
-func (m *Manager) waitSidecar(ctx context.Context, st *State, timeout time.Duration) error {
+// waitSidecar waits for /readyz, or for the first sidecar to exit (its log then says why).
+func (m *Manager) waitSidecar(ctx context.Context, st *State, sidecarDone <-chan struct{}, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ready := make(chan error, 1)
 	go func() { ready <- waitReady(ctx, st.AdminAddr, 0) }()
-	fd, perr := pidfd(st.SupervisorPid)
-	if perr == nil {
-		defer closeFd(fd)
-	}
-	exited := make(chan struct{})
-	if perr == nil {
-		go func() {
-			if waitPidfd(fd, timeout) {
-				close(exited)
-			}
-		}()
-	}
 	select {
 	case err := <-ready:
 		if err == nil {
 			return nil
 		}
 		return fmt.Errorf("%w (log: %s)", err, lastError(st.LogFile()))
-	case <-exited:
+	case <-sidecarDone:
 		return fmt.Errorf("the sidecar did not start: %s", lastError(st.LogFile()))
 	}
 }

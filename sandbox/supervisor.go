@@ -35,9 +35,14 @@ var ErrSidecarNeverReady = errors.New("the sidecar exited before it was ready")
 // before SIGKILL. The sidecar's output and the supervisor's own JSON log lines go to logOut.
 // While it runs, the sidecar's pid is in the sandbox's sidecar.pid file.
 //
-// The sidecar gets SIGTERM if the supervisor dies (Pdeathsig); its kernel programs stay pinned
-// and attached either way, so the sandbox stays closed while no sidecar runs.
-func Supervise(ctx context.Context, st *State, logOut *os.File) error {
+// When adopt is non-zero, the first sidecar is that already running process (Create starts
+// the first sidecar itself, so that the supervisor's start-up is not on the critical path): it
+// is watched through a pidfd and replaced by a child of the supervisor when it dies.
+//
+// The sidecars the supervisor starts get SIGTERM if the supervisor dies (Pdeathsig); the
+// kernel programs stay pinned and attached either way, so the sandbox stays closed while no
+// sidecar runs.
+func Supervise(ctx context.Context, st *State, adopt int, logOut *os.File) error {
 	logger := logrus.New()
 	logger.SetOutput(logOut)
 	logger.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
@@ -50,20 +55,45 @@ func Supervise(ctx context.Context, st *State, logOut *os.File) error {
 	backoff := minBackoff
 	everReady := false
 	for restarts := 0; ; restarts++ {
-		cmd := exec.Command(st.Binary, st.SidecarArgs...)
-		cmd.Stdout, cmd.Stderr = logOut, logOut
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start sidecar: %w", err)
+		var (
+			stop func()
+			done = make(chan error, 1)
+			pid  int
+		)
+		if restarts == 0 && adopt > 0 {
+			fd, err := pidfd(adopt)
+			if err != nil {
+				return fmt.Errorf("adopt sidecar %d: %w", adopt, err)
+			}
+			pid = adopt
+			tick, _ := procStart(pid)
+			go func() {
+				defer closeFd(fd)
+				for !waitPidfd(fd, time.Minute) && alive(pid, tick) {
+				}
+				done <- errors.New("sidecar exited")
+			}()
+			stop = func() {
+				if err := stopProcess(pid, tick, StopGrace); err != nil {
+					log.WithError(err).Warn("stop adopted sidecar")
+				}
+				<-done
+			}
+			log.WithField("pid", pid).Info("supervising sidecar")
+		} else {
+			cmd := exec.Command(st.Binary, st.SidecarArgs...)
+			cmd.Stdout, cmd.Stderr = logOut, logOut
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+			if err := cmd.Start(); err != nil {
+				return fmt.Errorf("start sidecar: %w", err)
+			}
+			pid = cmd.Process.Pid
+			_ = writePidFile(st.sidecarPidFile(), pid)
+			go func() { done <- cmd.Wait() }()
+			stop = func() { stopSidecar(cmd, done, log) }
+			log.WithFields(logrus.Fields{"pid": pid, "restarts": restarts}).Info("sidecar started")
 		}
-		pid := cmd.Process.Pid
-		start, _ := procStart(pid)
-		_ = writeFileAtomic(st.sidecarPidFile(), []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(start, 10)+"\n"), 0o644)
-		log.WithFields(logrus.Fields{"pid": pid, "restarts": restarts}).Info("sidecar started")
 		began := time.Now()
-
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		ready := make(chan struct{})
 		readyCtx, stopReady := context.WithCancel(ctx)
 		go func() {
@@ -76,7 +106,7 @@ func Supervise(ctx context.Context, st *State, logOut *os.File) error {
 		select {
 		case <-ctx.Done():
 			stopReady()
-			stopSidecar(cmd, done, log)
+			stop()
 			_ = os.Remove(st.sidecarPidFile())
 			return nil
 		case err = <-done:
@@ -103,6 +133,12 @@ func Supervise(ctx context.Context, st *State, logOut *os.File) error {
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// writePidFile records pid and its start time.
+func writePidFile(path string, pid int) error {
+	start, _ := procStart(pid)
+	return writeFileAtomic(path, []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(start, 10)+"\n"), 0o644)
 }
 
 // stopSidecar sends SIGTERM and waits StopGrace, then SIGKILL.

@@ -582,6 +582,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sandbox supervise", "airlock sandbox supervise NAME", "Internal: started by sandbox create.", stderr)
 	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	adopt := fs.Int("adopt", 0, "pid of the running first sidecar to supervise")
 	rest, err := fs.parse(args, stdout, false)
 	if err != nil {
 		return err
@@ -600,7 +601,7 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	signal.Ignore(syscall.SIGHUP)
-	if err := sandbox.Supervise(ctx, st, os.Stderr); err != nil {
+	if err := sandbox.Supervise(ctx, st, *adopt, os.Stderr); err != nil {
 		return failf("supervise %s: %v", st.Name, err)
 	}
 	return nil
