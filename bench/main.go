@@ -51,6 +51,7 @@ type config struct {
 	squidWorkers int           // Squid "workers"; 1 runs it with -N, more in SMP mode
 	keep         bool          // keep the temporary directory with every log
 	dns          bool          // also run the DNS section (dns.go)
+	sandboxOnly  bool          // run only the sandbox section (sandbox.go)
 }
 
 const (
@@ -79,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.threads, "threads", 2, "load generator threads (wrk -t)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "a response slower than this counts as an error")
 	fs.StringVar(&only, "only", strings.Join(allTargets(), ","), "comma-separated `targets` to run")
+	fs.BoolVar(&c.sandboxOnly, "sandbox-only", false, "run only the local sandbox create/exec/delete section")
 	fs.StringVar(&c.airlockBin, "airlock-bin", "", "use this airlock `binary` instead of building ./cmd/airlock")
 	fs.StringVar(&c.loadgen, "loadgen", "wrk", "load generator: wrk, or go (built-in fallback; figures not comparable with wrk's)")
 	fs.IntVar(&c.squidWorkers, "squid-workers", 1, "Squid worker processes (1 = Squid's default; more = SMP mode)")
@@ -191,6 +193,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer up.p.stop()
 	e := &env{cfg: cfg, upstream: up, progress: progress}
+	if cfg.sandboxOnly {
+		srep := runSandboxBench(ctx, e, root)
+		printSandboxReport(stdout, srep)
+		if srep.err != nil {
+			return 1
+		}
+		return 0
+	}
 
 	legs := runLegs(ctx, e, gen)
 	if ctx.Err() != nil {
@@ -214,6 +224,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	lrep := runLLMBench(ctx, e, root)
 	printLLMReport(stdout, lrep)
 	if lrep.err != nil {
+		return 1
+	}
+	srep := runSandboxBench(ctx, e, root)
+	printSandboxReport(stdout, srep)
+	if srep.err != nil {
 		return 1
 	}
 	for _, l := range legs {

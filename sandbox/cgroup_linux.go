@@ -66,6 +66,27 @@ func createCgroup(path string, lim Limits) error {
 	return nil
 }
 
+// checkCgroup2Dir fails unless path (or, while it does not exist yet, its nearest existing
+// ancestor) lies on a cgroup v2 filesystem: a plain directory would take the sandbox's
+// processes nowhere and its kernel programs could not attach.
+func checkCgroup2Dir(path string) error {
+	p := path
+	for {
+		var fs unix.Statfs_t
+		err := unix.Statfs(p, &fs)
+		if err == nil {
+			if fs.Type != unix.CGROUP2_SUPER_MAGIC {
+				return fmt.Errorf("cgroup parent %s is not on a cgroup v2 filesystem (%s is not)", path, p)
+			}
+			return nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == "/" {
+			return fmt.Errorf("cgroup parent %s: %w", path, err)
+		}
+		p = filepath.Dir(p)
+	}
+}
+
 // enableControllers turns the controllers on for parent's children, which needs them to be
 // available in parent (cgroup.controllers).
 func enableControllers(parent string, want []string) error {
@@ -101,6 +122,9 @@ func contains(list []string, s string) bool {
 func removeCgroup(ctx context.Context, path string) error {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
+	}
+	if err := checkCgroup2Dir(path); err != nil {
+		return err // never write cgroup.kill into, or rmdir, a directory that is no cgroup
 	}
 	if err := os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("kill cgroup %s: %w", path, err)

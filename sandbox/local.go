@@ -124,6 +124,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 		}
 		cgParent = filepath.Join(root, "airlock")
 	}
+	if err := checkCgroup2Dir(cgParent); err != nil {
+		return nil, err
+	}
 	hostNs, err := currentNetnsInode()
 	if err != nil {
 		return nil, err

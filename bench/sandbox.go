@@ -1,0 +1,145 @@
+package main
+
+// The sandbox section of `make bench`: how long `airlock sandbox create` and `airlock sandbox
+// delete` take, cold (every create builds a new namespace, veth, cgroup, CA and sidecar with
+// its kernel programs), as wall time of the command a user types, and how long `sandbox exec
+// NAME true` takes (the price of one more command in a reused sandbox). It needs root, cgroup
+// v2 and bpffs; without them it reports why and is skipped.
+//
+// The sandboxes' host side lives in a network namespace the bench creates and removes, so the
+// machine's own network is never touched.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/ebpf"
+)
+
+const sandboxCycles = 10
+
+// sandboxReport holds the sandbox section's figures.
+type sandboxReport struct {
+	skipped              string
+	create, del, execute []time.Duration
+	err                  error
+}
+
+func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
+	if os.Geteuid() != 0 {
+		return sandboxReport{skipped: "not root"}
+	}
+	if err := ebpf.Probe(); err != nil {
+		return sandboxReport{skipped: err.Error()}
+	}
+	cgRoot, err := ebpf.Cgroup2Root()
+	if err != nil {
+		return sandboxReport{skipped: err.Error()}
+	}
+	bin, err := e.airlock(ctx, root)
+	if err != nil {
+		return sandboxReport{err: err}
+	}
+	hostNs := fmt.Sprintf("al-bench-%d", os.Getpid())
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", hostNs).CombinedOutput(); err != nil {
+		return sandboxReport{err: fmt.Errorf("ip netns add: %v: %s", err, out)}
+	}
+	defer exec.Command("ip", "netns", "del", hostNs).Run()
+	_ = exec.CommandContext(ctx, "ip", "-n", hostNs, "link", "set", "lo", "up").Run()
+	cgParent := filepath.Join(cgRoot, hostNs)
+	defer os.Remove(cgParent)
+	stateDir := filepath.Join(root, "sandbox-state")
+
+	airlock := func(args ...string) (time.Duration, error) {
+		full := append([]string{"--net=/run/netns/" + hostNs, "--", bin, "sandbox"}, args...)
+		cmd := exec.CommandContext(ctx, "nsenter", full...)
+		began := time.Now()
+		out, err := cmd.CombinedOutput()
+		d := time.Since(began)
+		if err != nil {
+			return d, fmt.Errorf("airlock sandbox %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return d, nil
+	}
+	var r sandboxReport
+	e.progress("sandbox: %d cold create/exec/delete cycles", sandboxCycles)
+	for i := range sandboxCycles {
+		name := fmt.Sprintf("bench%d", i)
+		d, err := airlock("create", name, "--profile", "offline", "--state-dir", stateDir,
+			"--subnet", "198.19.200.0/24", "--cgroup-parent", cgParent, "--upstream-dns", "127.0.0.1:1")
+		if err != nil {
+			r.err = err
+			_, _ = airlock("delete", name, "--state-dir", stateDir)
+			return r
+		}
+		r.create = append(r.create, d)
+		if d, err = airlock("exec", "--state-dir", stateDir, name, "true"); err != nil {
+			r.err = err
+		} else {
+			r.execute = append(r.execute, d)
+		}
+		d, err = airlock("delete", name, "--state-dir", stateDir)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		r.del = append(r.del, d)
+	}
+	return r
+}
+
+func printSandboxReport(w io.Writer, r sandboxReport) {
+	fmt.Fprintln(w, "\nLocal sandboxes (airlock sandbox create/exec/delete, wall time of the command, cold: new netns, veth, cgroup, CA, sidecar and eBPF each time)")
+	switch {
+	case r.skipped != "":
+		fmt.Fprintf(w, "  skipped: %s\n", r.skipped)
+		return
+	case r.err != nil:
+		fmt.Fprintf(w, "  FAILED: %v\n", r.err)
+		if len(r.create) == 0 {
+			return
+		}
+	}
+	row := func(what string, ds []time.Duration, target string) {
+		if len(ds) == 0 {
+			return
+		}
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		fmt.Fprintf(w, "  %-8s n=%-3d min %7s  median %7s  max %7s%s\n", what, len(s),
+			s[0].Round(time.Millisecond/10), s[len(s)/2].Round(time.Millisecond/10), s[len(s)-1].Round(time.Millisecond/10), target)
+	}
+	met := ""
+	if len(r.create) > 0 {
+		s := slices.Clone(r.create)
+		slices.Sort(s)
+		if s[len(s)/2] < 100*time.Millisecond {
+			met = "   target < 100 ms: met (median)"
+		} else {
+			met = "   target < 100 ms: NOT met (median)"
+		}
+	}
+	row("create", r.create, met)
+	row("exec", r.execute, "")
+	row("delete", r.del, "")
+}
+
+// airlock returns the airlock binary the bench runs, building it into dir if no leg has yet.
+func (e *env) airlock(ctx context.Context, dir string) (string, error) {
+	if e.airlockBin != "" {
+		return e.airlockBin, nil
+	}
+	bin, err := airlockBinary(ctx, e, dir)
+	if err != nil {
+		return "", err
+	}
+	e.airlockBin = bin
+	return bin, nil
+}
