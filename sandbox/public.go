@@ -81,21 +81,21 @@ func (s *State) writePublic(caPEM, base []byte) error {
 	}
 	bundle.WriteString("# airlock sidecar CA of sandbox " + s.Name + "\n")
 	bundle.Write(caPEM)
-	if err := writeFileAtomic(s.CABundle(), bundle.Bytes(), 0o644); err != nil {
+	if err := writeFileReplace(s.CABundle(), bundle.Bytes(), 0o644); err != nil {
 		return err
 	}
 	env := "# airlock sandbox " + s.Name + ": source with `set -a; . FILE`, or docker/systemd env-file\n" +
 		strings.Join(s.EnvVars(), "\n") + "\n"
-	if err := writeFileAtomic(s.EnvFile(), []byte(env), 0o644); err != nil {
+	if err := writeFileReplace(s.EnvFile(), []byte(env), 0o644); err != nil {
 		return err
 	}
 	resolv := []byte("# airlock sandbox " + s.Name + ": the sidecar's DNS filter\nnameserver " + s.HostAddr + "\noptions edns0 trust-ad\n")
-	if err := writeFileAtomic(s.ResolvConf(), resolv, 0o644); err != nil {
+	if err := writeFileReplace(s.ResolvConf(), resolv, 0o644); err != nil {
 		return err
 	}
 	dir := filepath.Join(etcNetnsDir, s.Netns)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	return writeFileAtomic(filepath.Join(dir, "resolv.conf"), resolv, 0o644)
+	return writeFileReplace(filepath.Join(dir, "resolv.conf"), resolv, 0o644)
 }

@@ -138,7 +138,7 @@ func Supervise(ctx context.Context, st *State, adopt int, logOut *os.File) error
 // writePidFile records pid and its start time.
 func writePidFile(path string, pid int) error {
 	start, _ := procStart(pid)
-	return writeFileAtomic(path, []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(start, 10)+"\n"), 0o644)
+	return writeFileReplace(path, []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(start, 10)+"\n"), 0o644)
 }
 
 // stopSidecar sends SIGTERM and waits StopGrace, then SIGKILL.
