@@ -68,7 +68,7 @@ func (m *Manager) Doctor(ctx context.Context, o DoctorOptions) []Check {
 			parent = filepath.Join(root, "airlock")
 		}
 		detail := "mounted at " + root + "; sandboxes under " + parent
-		if err := checkWritableDir(parent); err != nil {
+		if err := errors.Join(checkCgroup2Dir(parent), checkWritableDir(parent)); err != nil {
 			add("cgroup v2", Fail, detail+": "+err.Error(), "give --cgroup-parent a cgroup v2 directory this user may create children in")
 		} else {
 			add("cgroup v2", Pass, detail, "")
@@ -136,11 +136,22 @@ func (m *Manager) Doctor(ctx context.Context, o DoctorOptions) []Check {
 	return out
 }
 
+// checkWritableDir reports whether dir, or the nearest ancestor that exists (where dir would be
+// created), is writable; it creates nothing.
 func checkWritableDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	p := dir
+	for {
+		if _, err := os.Stat(p); err == nil {
+			if err := unix.Access(p, unix.W_OK); err != nil {
+				return fmt.Errorf("%s is not writable: %w", p, err)
+			}
+			return nil
+		}
+		if p == "/" || p == "." {
+			return fmt.Errorf("%s: no existing parent", dir)
+		}
+		p = filepath.Dir(p)
 	}
-	return unix.Access(dir, unix.W_OK)
 }
 
 func isMountType(path, fstype string) bool {
@@ -155,7 +166,7 @@ func isMountType(path, fstype string) bool {
 // probeNetns creates and removes a throw-away namespace holding both ends of a veth pair; it
 // touches nothing outside that namespace.
 func probeNetns() error {
-	name := fmt.Sprintf("airlock-doctor-%d", os.Getpid())
+	name := doctorNetnsName()
 	if err := createNetns(name); err != nil {
 		return err
 	}
@@ -176,6 +187,8 @@ func probeNetns() error {
 	}
 	return nil
 }
+
+func doctorNetnsName() string { return fmt.Sprintf("airlock-doctor-%d", os.Getpid()) }
 
 // routeOverlap names a route of this namespace that overlaps subnet, other than the sandbox
 // links of this store.
@@ -200,7 +213,7 @@ func routeOverlap(subnet netip.Prefix, store *Store) string {
 		}
 		bits, _ := r.Dst.Mask.Size()
 		rp := netip.PrefixFrom(p.Unmap(), bits)
-		if !rp.Overlaps(subnet) {
+		if bits == 0 || !rp.Overlaps(subnet) { // the default route overlaps everything
 			continue
 		}
 		if l, err := netlink.LinkByIndex(r.LinkIndex); err == nil && ours[l.Attrs().Name] {

@@ -1,0 +1,71 @@
+package sandbox
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/airlock-dev/airlock/internal/privtest"
+	"github.com/airlock-dev/airlock/internal/testnet"
+)
+
+// TestDoctor runs the real checks on this machine: everything the tests themselves need must
+// pass, and a subnet that overlaps one of this namespace's routes must fail with a fix. The
+// netns check works in a throw-away namespace; nothing here changes this machine's network.
+func TestDoctor(t *testing.T) {
+	privtest.Require(t)
+	store, err := OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{Store: store}
+	cg := testnet.NewCgroup(t)
+	checks := m.Doctor(context.Background(), DoctorOptions{Subnet: "198.19.201.0/24", CgroupParent: cg.Path})
+	byName := map[string]Check{}
+	for _, c := range checks {
+		byName[c.Name] = c
+		if c.Result == Fail && c.Fix == "" {
+			t.Errorf("check %s failed without a fix: %+v", c.Name, c)
+		}
+	}
+	for _, name := range []string{"privileges", "cgroup v2", "kernel BPF features", "network namespaces", "subnet", "state directory"} {
+		if c := byName[name]; c.Result != Pass {
+			t.Errorf("check %q = %+v, want PASS on the test machine", name, c)
+		}
+	}
+	if c := byName["vault"]; c.Result != Skip {
+		t.Errorf("vault with no address = %+v, want SKIP", c)
+	}
+
+	// A subnet overlapping a route of this namespace (whatever the machine's own link is).
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used string
+	for _, r := range routes {
+		if r.Dst != nil {
+			if p, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+				bits, _ := r.Dst.Mask.Size()
+				if bits > 0 && bits <= 30 && !p.Unmap().IsLoopback() {
+					used = netip.PrefixFrom(p.Unmap(), bits).String()
+					break
+				}
+			}
+		}
+	}
+	if used == "" {
+		t.Skip("no IPv4 route of /30 or wider in this namespace to collide with")
+	}
+	checks = m.Doctor(context.Background(), DoctorOptions{Subnet: used, CgroupParent: cg.Path})
+	for _, c := range checks {
+		if c.Name == "subnet" && (c.Result != Fail || c.Fix == "") {
+			t.Errorf("subnet %s overlapping a route: %+v, want FAIL with a fix", used, c)
+		}
+	}
+	if netnsExists(doctorNetnsName()) {
+		t.Errorf("the doctor's throw-away namespace %s was left behind", doctorNetnsName())
+	}
+}
