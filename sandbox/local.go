@@ -174,7 +174,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 		return nil, err
 	}
 	defer func() {
-		if err != nil {
+		var warn *Warning
+		if err != nil && !errors.As(err, &warn) {
 			if rerr := m.teardown(context.WithoutCancel(ctx), st); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("undo: %w (run `airlock sandbox reap` to retry)", rerr))
 				return
