@@ -443,7 +443,7 @@ func lastError(logFile string) string {
 			continue
 		}
 		last = line
-		if strings.HasPrefix(line, "airlock: ") {
+		if strings.HasPrefix(line, "airlock: ") && !strings.HasPrefix(line, "airlock: supervise ") {
 			reason = line
 		}
 	}

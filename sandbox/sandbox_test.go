@@ -196,6 +196,7 @@ func TestLastError(t *testing.T) {
 	log := `{"level":"info","msg":"starting"}
 airlock: --environment production requires kernel enforcement
 {"level":"error","msg":"sidecar exited before it was ready; not restarting"}
+airlock: supervise s: the sidecar exited before it was ready
 `
 	if err := os.WriteFile(f, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
