@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,7 +33,7 @@ type Status struct {
 	Kernel        bool      `json:"kernel"`
 	Bytes         uint64    `json:"bytes"`         // bytes the sandbox sent (kernel counter; proxy bytes without it)
 	Denies        uint64    `json:"denies"`        // kernel, proxy and DNS denials
-	LLMSpendUSD   float64   `json:"llm_spend_usd"` // model API cost since the sidecar started
+	LLMSpendUSD   float64   `json:"llm_spend_usd"` // model API cost from the sandbox's usage ledger
 	Netns         string    `json:"netns"`
 	HostVeth      string    `json:"host_veth"`
 	HostAddr      string    `json:"host_addr"`
@@ -112,6 +113,18 @@ func status(ctx context.Context, st *State, timeout time.Duration) Status {
 				sum(fams, "airlock_proxy_requests_total", map[string]string{"decision": "deny"}) +
 				sum(fams, "airlock_dns_queries_total", map[string]string{"decision": "deny"}))
 			s.LLMSpendUSD = sum(fams, "airlock_llm_cost_usd_total", nil)
+		}
+	}
+	// The ledger's total outlives sidecar restarts; the metric above counts since the start.
+	if resp, err = get("/v1/usage"); err == nil {
+		defer resp.Body.Close()
+		var u struct {
+			Total struct {
+				CostUSD float64 `json:"cost_usd"`
+			} `json:"total"`
+		}
+		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&u) == nil {
+			s.LLMSpendUSD = u.Total.CostUSD
 		}
 	}
 	return s
