@@ -379,7 +379,7 @@ func parseUser(s string) (uid, gid int, err error) {
 func sandboxList(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sandbox list", "airlock sandbox list [--json]", `
 List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
-sandbox sent, denials (kernel, proxy and DNS) and model API spend since the sidecar started.`, stderr)
+sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.`, stderr)
 	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
 	asJSON := fs.Bool("json", false, "print a JSON array with every field")
 	rest, err := fs.parse(args, stdout, true)
