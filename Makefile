@@ -1,6 +1,7 @@
 # airlock — build, run, test, benchmark.
 #
 #   make run       build and start airlock on loopback with deploy/examples/policy.yaml
+#   make demo      (root) a local sandbox in a throwaway world: allowed, denied, credential, LLM call
 #   make test      vet + every test, privileged ones included when run as root
 #   make bench     proxied req/s against direct, Squid and tinyproxy, as ratios
 #   make lint      gofmt, go vet, staticcheck
@@ -23,7 +24,7 @@ BPF_CLANG_MAJOR ?= 14
 TESTFLAGS   ?=
 BENCHFLAGS  ?=
 
-.PHONY: all build run test vaulttest bench lint generate fuzz clean
+.PHONY: all build run demo test vaulttest bench lint generate fuzz clean
 
 all: build
 
@@ -41,6 +42,13 @@ run: build
 	@echo "  CA (for intercepted hosts): $(BIN) ca export --state-dir $(STATE_DIR) > airlock-ca.pem"
 	@echo "  stop with Ctrl-C"
 	$(BIN) run --policy $(POLICY) --state-dir $(STATE_DIR) --proxy-addr $(PROXY_ADDR) --admin-addr $(ADMIN_ADDR) --sandbox make-run
+
+# A sandbox with deploy/examples/sandbox-policy.yaml in a world of its own (two network
+# namespaces, a DNS server, an HTTPS API, a fake model provider); this machine's own network
+# namespace is never touched, and everything is removed at the end, on Ctrl-C too.
+demo: build
+	@[ "$$(id -u)" = 0 ] || { echo "make demo: needs root (network namespaces, cgroups, eBPF): sudo make demo"; exit 1; }
+	$(GO) run ./internal/demo --bin $(BIN) --policy deploy/examples/sandbox-policy.yaml
 
 # The credential tests run a real Vault (internal/vaulttest/server, its own module: Vault's
 # BUSL code is never linked into airlock). Its binary is built once into $(CACHE)/ and rebuilt

@@ -194,15 +194,19 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	sd := ""
+	if c.stateDir != defaultStateDir() {
+		sd = " --state-dir " + c.stateDir
+	}
 	fmt.Fprintf(stdout, `
-  run a command:   airlock sandbox exec %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
+  run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
   env file:        %[2]s
   CA bundle:       %[3]s
   proxy:           http://%[4]s:%[5]d   model API: http://%[4]s:%[6]d/v1   DNS: %[4]s:53
   audit log:       %[7]s
   sidecar log:     %[8]s
-  remove:          airlock sandbox delete %[1]s
-`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile())
+  remove:          airlock sandbox delete%[9]s %[1]s
+`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd)
 	return nil
 }
 
@@ -411,7 +415,7 @@ sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage
 		if !s.Kernel {
 			kernel = "OFF"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", s.Name, age(time.Duration(s.AgeSeconds)*time.Second),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t$%.6f\n", s.Name, age(time.Duration(s.AgeSeconds)*time.Second),
 			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.LLMSpendUSD)
 	}
 	return tw.Flush()

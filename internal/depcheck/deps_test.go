@@ -53,9 +53,11 @@ type rule struct {
 
 var rules = []rule{
 	{"github.com/elazarl/goproxy", []string{"proxy"}, "goproxy lives in proxy only"},
-	{"github.com/miekg/dns", []string{"dnsfilter", "internal/testnet"}, "miekg/dns lives in dnsfilter (and the tests' DNS server) only"},
+	{"github.com/miekg/dns", []string{"dnsfilter", "internal/testnet", "internal/demo"}, "miekg/dns lives in dnsfilter (and the outside resolver the tests and the demo play) only"},
 	{"github.com/cilium/ebpf", []string{"ebpf"}, "cilium/ebpf lives in ebpf only"},
 	{"github.com/hashicorp/vault", []string{"credentials/vault"}, "vault/api lives in credentials/vault only; Vault server code (BUSL) is never linked"},
+	{"k8s.io/", []string{"sandbox/kube"}, "the Kubernetes client libraries live in sandbox/kube only"},
+	{"sigs.k8s.io/", []string{"sandbox/kube"}, "the Kubernetes client libraries live in sandbox/kube only"},
 	{module + "/cmd", nil, "nothing imports cmd"},
 	{module + "/dnsfilter", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
 	{module + "/llmproxy", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
