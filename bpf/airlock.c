@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* airlock's kernel enforcement for one sandbox cgroup (v2).
  *
- * Attached as bpf links to the sandbox's cgroup directory; the sidecar runs outside it.
+ * Attached as bpf links to the sandbox's cgroup directory; the sidecar runs outside it,
+ * or, in a Kubernetes pod, in the one cgroup below it the exempt map names (its own
+ * container's), which every program passes before anything else: no counter, no event.
  * Deny by default: a sandbox process may connect only to the sidecar's listeners
  * (proxy, transparent, DNS, LLM; never admin), to addresses an allowed DNS answer put
  * in the allow map (TCP, the rule's ports, until the entry expires), and to ranges a
@@ -21,7 +23,8 @@
  *    connection by the client's local address and port, which is what the transparent
  *    listener sees as the peer of the accepted connection.
  *
- * Helpers used are available since Linux 5.8 (ringbuf, ktime_get_boot_ns, sk_storage).
+ * Helpers used are available since Linux 5.8 (ringbuf, ktime_get_boot_ns, sk_storage;
+ * get_current_ancestor_cgroup_id in sock_addr and sock programs since 5.7).
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -50,9 +53,13 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* Only userspace writes the allow map (the DNS filter), so its elements are allocated on
+ * update (BPF_F_NO_PREALLOC) rather than all 65536 up front: a sandbox costs kernel memory
+ * for the addresses it actually resolved, and its sidecar starts faster. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct allow_key);
 	__type(value, struct allow_val);
 } allow SEC(".maps");
@@ -126,6 +133,13 @@ struct {
 	__type(value, struct schema_info);
 } meta SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct exemption);
+} exempt SEC(".maps");
+
 /* Keep the event type in the ELF's BTF for bpf2go -type. */
 const struct event *unused_event __attribute__((unused));
 
@@ -133,6 +147,30 @@ static __always_inline struct counters *stats_slot(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&stats, &zero);
+}
+
+static __always_inline struct exemption *exemption(void)
+{
+	__u32 zero = 0;
+	struct exemption *x = bpf_map_lookup_elem(&exempt, &zero);
+	return x && x->id ? x : NULL;
+}
+
+/* exempt_task reports whether the current task is in the exempt cgroup or below it. The
+ * sock_addr, sock_create and LSM hooks run in the task's context (connect, sendmsg,
+ * socket). */
+static __always_inline int exempt_task(void)
+{
+	struct exemption *x = exemption();
+	return x && bpf_get_current_ancestor_cgroup_id(x->level) == x->id;
+}
+
+/* exempt_skb reports whether the packet's socket belongs to the exempt cgroup or one below
+ * it (a socket belongs to the cgroup of the task that created it). */
+static __always_inline int exempt_skb(struct __sk_buff *skb)
+{
+	struct exemption *x = exemption();
+	return x && bpf_skb_ancestor_cgroup_id(skb, x->level) == x->id;
 }
 
 static __always_inline void mapped4(__u8 addr[16], __u32 ip4)
@@ -372,6 +410,8 @@ allow:
 SEC("cgroup/connect4")
 int connect4(struct bpf_sock_addr *ctx)
 {
+	if (exempt_task())
+		return VERDICT_ALLOW;
 	__u8 addr[16];
 	mapped4(addr, ctx->user_ip4);
 	return decide_connect(ctx, addr, HOOK_CONNECT4, 0, 0);
@@ -388,6 +428,8 @@ static __always_inline int is_mapped(const __u8 addr[16])
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx)
 {
+	if (exempt_task())
+		return VERDICT_ALLOW;
 	__u8 addr[16];
 	user_ip6(addr, ctx);
 	/* NAT64 (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32) forms get no special
@@ -407,6 +449,8 @@ static __always_inline int decide_sendmsg(struct bpf_sock_addr *ctx, const __u8 
 SEC("cgroup/sendmsg4")
 int sendmsg4(struct bpf_sock_addr *ctx)
 {
+	if (exempt_task())
+		return VERDICT_ALLOW;
 	__u8 addr[16];
 	mapped4(addr, ctx->user_ip4);
 	return decide_sendmsg(ctx, addr, HOOK_SENDMSG4);
@@ -415,6 +459,8 @@ int sendmsg4(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg6")
 int sendmsg6(struct bpf_sock_addr *ctx)
 {
+	if (exempt_task())
+		return VERDICT_ALLOW;
 	__u8 addr[16];
 	user_ip6(addr, ctx);
 	return decide_sendmsg(ctx, addr, HOOK_SENDMSG6);
@@ -423,6 +469,8 @@ int sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sock_create")
 int sock_create(struct bpf_sock *sk)
 {
+	if (exempt_task())
+		return VERDICT_ALLOW;
 	__u32 family = sk->family;
 	__u32 type = sk->type;
 	__u32 proto = sk->protocol;
@@ -454,7 +502,7 @@ int packet_guard(unsigned long long *ctx)
 {
 	int family = (int)ctx[0];
 	int kern = (int)ctx[3];
-	if (kern || family != AF_PACKET)
+	if (kern || family != AF_PACKET || exempt_task())
 		return VERDICT_ALLOW;
 	__u8 none[16] = {};
 	return refuse(HOOK_SOCK_CREATE, DENY_PROTOCOL, none, 0, (__u8)ctx[2], family, (__u8)ctx[1], 1);
@@ -493,6 +541,8 @@ static __always_inline int packet_dst(struct __sk_buff *skb, __u8 addr[16], __u1
 SEC("cgroup_skb/egress")
 int egress(struct __sk_buff *skb)
 {
+	if (exempt_skb(skb))
+		return VERDICT_ALLOW;
 	struct counters *s = stats_slot();
 	__u8 addr[16] = {};
 	__u16 port = 0;
@@ -534,6 +584,9 @@ pass:
 	return VERDICT_ALLOW;
 }
 
+/* sockops has no exemption check, and needs none: an exempt task's connections are never
+ * redirected (so never in orig_cookie), and the marks it puts on accepted sockets are read
+ * only by the egress program, which passes the exempt cgroup's packets before reading them. */
 SEC("sockops")
 int established(struct bpf_sock_ops *skops)
 {

@@ -139,6 +139,16 @@ struct event {
 	__u8 report; /* 1: report mode, the hook allowed what enforce would deny */
 };
 
+/* exempt map: one entry. A cgroup whose processes, and those of every cgroup below it, the
+ * programs leave alone: the sidecar's own container cgroup when the programs are attached
+ * to its pod's cgroup (airlock run --pod-cgroup). A task is exempt when its ancestor at
+ * `level` is the cgroup `id`, so sub-cgroups a container runtime makes stay exempt. */
+struct exemption {
+	__u64 id;    /* cgroup id (the inode number of its directory); 0: nothing is exempt */
+	__u32 level; /* its depth in the cgroup v2 hierarchy, the root cgroup being 0 */
+	__u32 pad;
+};
+
 /* meta map: the schema hash of the maps pinned beside it. */
 struct schema_info {
 	__u64 schema;

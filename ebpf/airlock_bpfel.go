@@ -63,6 +63,13 @@ type airlockEvent struct {
 	Report uint8
 }
 
+type airlockExemption struct {
+	_     structs.HostLayout
+	Id    uint64
+	Level uint32
+	Pad   uint32
+}
+
 type airlockListenerKey struct {
 	_     structs.HostLayout
 	Addr  [16]uint8
@@ -115,6 +122,7 @@ const (
 	airlockMapCidrs        = "cidrs"
 	airlockMapConfig       = "config"
 	airlockMapEvents       = "events"
+	airlockMapExempt       = "exempt"
 	airlockMapListeners    = "listeners"
 	airlockMapMarks        = "marks"
 	airlockMapMeta         = "meta"
@@ -193,6 +201,7 @@ type airlockMapSpecs struct {
 	Cidrs      *ebpf.MapSpec `ebpf:"cidrs"`
 	Config     *ebpf.MapSpec `ebpf:"config"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Exempt     *ebpf.MapSpec `ebpf:"exempt"`
 	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
 	Marks      *ebpf.MapSpec `ebpf:"marks"`
 	Meta       *ebpf.MapSpec `ebpf:"meta"`
@@ -233,6 +242,7 @@ type airlockMaps struct {
 	Cidrs      *ebpf.Map `ebpf:"cidrs"`
 	Config     *ebpf.Map `ebpf:"config"`
 	Events     *ebpf.Map `ebpf:"events"`
+	Exempt     *ebpf.Map `ebpf:"exempt"`
 	Listeners  *ebpf.Map `ebpf:"listeners"`
 	Marks      *ebpf.Map `ebpf:"marks"`
 	Meta       *ebpf.Map `ebpf:"meta"`
@@ -248,6 +258,7 @@ func (m *airlockMaps) Close() error {
 		m.Cidrs,
 		m.Config,
 		m.Events,
+		m.Exempt,
 		m.Listeners,
 		m.Marks,
 		m.Meta,

@@ -84,6 +84,15 @@ type Config struct {
 	Sandbox string
 	// Cgroup is the sandbox's cgroup v2 directory. Required.
 	Cgroup string
+	// ExemptCgroup, when set, is a cgroup v2 directory strictly below Cgroup whose tasks, and
+	// those of every cgroup below it, the programs leave alone: no decision, no counter, no
+	// event. It is how a sidecar that is a container of the pod it enforces (Cgroup is the
+	// pod's cgroup) keeps its own egress: it exempts its own container cgroup. The root of the
+	// cgroup v2 hierarchy must be visible above it (its depth is counted up to the root).
+	// Empty means nothing below Cgroup is exempt. With it set, Open also refuses pins of
+	// Sandbox whose links are attached to another cgroup that still exists (another pod with
+	// the same sandbox name) instead of moving them here.
+	ExemptCgroup string
 	// PinRoot is the bpffs directory holding one directory per sandbox. Empty means
 	// DefaultPinRoot; bpffs is mounted at /sys/fs/bpf when it is not.
 	PinRoot string
@@ -125,6 +134,8 @@ func (c Config) validate() (Config, error) {
 		return c, invalidf("sandbox name %q: use 1-64 letters, digits, '.', '_' or '-'", c.Sandbox)
 	case c.Cgroup == "":
 		return c, invalidf("Cgroup is required")
+	case c.ExemptCgroup != "" && (filepath.Clean(c.ExemptCgroup) == filepath.Clean(c.Cgroup) || !isUnder(c.ExemptCgroup, c.Cgroup)):
+		return c, invalidf("exempt cgroup %s must lie strictly below the enforced cgroup %s", c.ExemptCgroup, c.Cgroup)
 	case c.DenyEventsPerSecond < 0, c.GCInterval < 0:
 		return c, invalidf("DenyEventsPerSecond and GCInterval must not be negative")
 	}

@@ -10,6 +10,10 @@
 // (same map schema) or replaces it (new schema) while the cgroup stays under a deny-by-default
 // program throughout. Remove detaches and unpins a sandbox for good.
 //
+// In a Kubernetes pod the sidecar is one of the pod's containers: FindPodCgroup finds the
+// pod's cgroup and the sidecar's own, and Config.ExemptCgroup exempts the latter (and every
+// cgroup below it) from the programs attached to the former.
+//
 // It is the only package that imports github.com/cilium/ebpf, and it imports nothing of
 // airlock's: cmd/airlock wires it to the DNS filter (Enforcer satisfies the filter's
 // AllowMap), to the proxy's transparent listener (OriginalDst) and to the audit log.

@@ -137,6 +137,13 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if err := checkCgroup2(cfg.Cgroup); err != nil {
 		return nil, err
 	}
+	if err := checkNotRoot(cfg.Cgroup); err != nil {
+		return nil, err
+	}
+	exempt, err := exemptionOf(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if e.clock, err = newBootClock(cfg.Now); err != nil {
 		return nil, err
 	}
@@ -149,6 +156,11 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	spec, err := loadAirlock()
 	if err != nil {
 		return nil, fmt.Errorf("load bpf objects: %w", err)
+	}
+	if cfg.ExemptCgroup != "" {
+		if err := checkPinsOwner(e.dir, cfg.Cgroup); err != nil {
+			return nil, err
+		}
 	}
 	schema := schemaHash(spec)
 	pinned, err := pinnedMaps(e.dir, spec, schema)
@@ -169,7 +181,7 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if err := e.loadPrograms(spec); err != nil {
 		return nil, err
 	}
-	if err := writeTables(&e.objs, cfg); err != nil {
+	if err := writeTables(&e.objs, cfg, exempt); err != nil {
 		return nil, err
 	}
 	if err := e.attach(); err != nil {
@@ -186,7 +198,11 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 			return nil, fmt.Errorf("register kernel metrics: %w", err)
 		}
 	}
-	e.log.WithFields(logrus.Fields{"cgroup": cfg.Cgroup, "pins": e.dir, "adopted": e.adopted}).Info("kernel enforcement attached")
+	fields := logrus.Fields{"cgroup": cfg.Cgroup, "pins": e.dir, "adopted": e.adopted}
+	if cfg.ExemptCgroup != "" {
+		fields["exempt_cgroup"] = cfg.ExemptCgroup
+	}
+	e.log.WithFields(fields).Info("kernel enforcement attached")
 	return e, nil
 }
 
@@ -204,7 +220,7 @@ func (e *Enforcer) PinDir() string { return e.dir }
 func (e *Enforcer) mapsByName() map[string]*ebpf.Map {
 	m := e.objs.airlockMaps
 	return map[string]*ebpf.Map{
-		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events,
+		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events, "exempt": m.Exempt,
 		"listeners": m.Listeners, "marks": m.Marks, "meta": m.Meta, "orig_cookie": m.OrigCookie,
 		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports,
 	}

@@ -166,7 +166,9 @@ func TestChildCgroupStillEnforced(t *testing.T) {
 func TestExpiredEntryDeniesNewKeepsOpen(t *testing.T) {
 	f := newFixture(t, nil)
 	p := f.probe(nil)
-	if err := f.enf.Allow(hostA, []uint16{80}, time.Now().Add(500*time.Millisecond)); err != nil {
+	// Two seconds: the connect below must come before the deadline even on a loaded machine
+	// under -race (500 ms was seen to pass first).
+	if err := f.enf.Allow(hostA, []uint16{80}, time.Now().Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Do(t, "hold c1 4 198.18.0.10:80"); got != "OK" {

@@ -19,6 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testnet.RunProbeIfRequested()
+	runFindPodIfRequested()
 	os.Exit(m.Run())
 }
 

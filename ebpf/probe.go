@@ -42,8 +42,11 @@ func Probe() error {
 		{ebpf.CGroupSockAddr, asm.FnRingbufReserve},
 		{ebpf.CGroupSockAddr, asm.FnKtimeGetBootNs},
 		{ebpf.CGroupSockAddr, asm.FnGetSocketCookie},
+		{ebpf.CGroupSockAddr, asm.FnGetCurrentAncestorCgroupId}, // the exempt cgroup (pod mode)
+		{ebpf.CGroupSock, asm.FnGetCurrentAncestorCgroupId},
 		{ebpf.CGroupSKB, asm.FnSkStorageGet},
 		{ebpf.CGroupSKB, asm.FnSkFullsock},
+		{ebpf.CGroupSKB, asm.FnSkbAncestorCgroupId},
 		{ebpf.SockOps, asm.FnSkStorageGet},
 	}
 	for _, h := range helpers {

@@ -184,9 +184,14 @@ func syncMap[K comparable, V any](m *ebpf.Map, want map[K]V) error {
 	return nil
 }
 
-// writeTables writes the configuration maps of objs from cfg. The config map's flag goes
-// last: the programs consult the redirected ports only once it is set.
-func writeTables(objs *objects, cfg Config) error {
+// writeTables writes the configuration maps of objs from cfg and the exemption. The exempt
+// map goes first: before a link on a pod's cgroup exists, the sidecar's own cgroup is
+// already exempt. The config map's flag goes last: the programs consult the redirected
+// ports only once it is set.
+func writeTables(objs *objects, cfg Config, exempt airlockExemption) error {
+	if err := objs.Exempt.Put(uint32(0), exempt); err != nil {
+		return fmt.Errorf("update exempt map: %w", err)
+	}
 	ls, err := listenerEntries(cfg.Listeners)
 	if err != nil {
 		return err

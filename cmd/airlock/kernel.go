@@ -33,24 +33,38 @@ type kernel struct {
 	transparentLn net.Listener // nil when transparent mode is off
 }
 
-// startKernel attaches kernel enforcement to --cgroup. Without --cgroup it does nothing.
-// When the kernel cannot enforce (probe or attach fails), production refuses to start with
-// one line; staging and development log a WARN and go on with the proxy and DNS filter
-// only (nil kernel, nil error).
+// startKernel attaches kernel enforcement to --cgroup, or with --pod-cgroup to the pod's
+// cgroup with the sidecar's own cgroup exempt. Without either it does nothing. When the
+// kernel cannot enforce (probe or attach fails), production refuses to start with one line;
+// staging and development log a WARN and go on with the proxy and DNS filter only (nil
+// kernel, nil error). A pod cgroup that cannot be found is refused in every environment.
 func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Logger, reg prometheus.Registerer, proxyLn net.Listener) (*kernel, error) {
-	if cfg.cgroup == "" {
+	if cfg.cgroup == "" && !cfg.pod.enabled {
 		return nil, nil
 	}
+	cgroup := cfg.cgroup
 	unavailable := func(err error) (*kernel, error) {
 		line := oneLine(err)
-		if cfg.environment == "production" {
-			return nil, failf("--environment production: kernel enforcement on %s unavailable: %s", cfg.cgroup, line)
+		where := cgroup
+		if where == "" {
+			where = "the pod's cgroup"
 		}
-		log.WithField("cgroup", cfg.cgroup).WithField("error", line).Warn("kernel enforcement unavailable; running with the proxy and DNS filter only (production would refuse to start)")
+		if cfg.environment == "production" {
+			return nil, failf("--environment production: kernel enforcement on %s unavailable: %s", where, line)
+		}
+		log.WithField("cgroup", where).WithField("error", line).Warn("kernel enforcement unavailable; running with the proxy and DNS filter only (production would refuse to start)")
 		return nil, nil
 	}
 	if err := ebpf.Probe(); err != nil {
 		return unavailable(err)
+	}
+	exempt := ""
+	if cfg.pod.enabled {
+		pc, err := findPodCgroup(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		cgroup, exempt = pc.Pod, pc.Self
 	}
 	k := &kernel{}
 	listeners := []ebpf.Listener{{Addr: addrPortOf(proxyLn.Addr()), Proto: ebpf.TCP, Kind: ebpf.ListenerProxy}}
@@ -95,16 +109,17 @@ func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *aud
 		}
 	}
 	enf, err := ebpf.Open(ebpf.Config{
-		Sandbox:     cfg.sandbox,
-		Cgroup:      cfg.cgroup,
-		Listeners:   listeners,
-		CIDRs:       policyCIDRs(pol),
-		Transparent: transparent,
-		OnDeny:      func(ev ebpf.DenyEvent) { al.Log(denyAuditEvent(ev)) },
-		Registerer:  reg,
-		Logger:      log,
-		RequireAll:  cfg.packetGuardRequired(),
-		Report:      pol.Mode() == policy.ModeReport,
+		Sandbox:      cfg.sandbox,
+		Cgroup:       cgroup,
+		ExemptCgroup: exempt,
+		Listeners:    listeners,
+		CIDRs:        policyCIDRs(pol),
+		Transparent:  transparent,
+		OnDeny:       func(ev ebpf.DenyEvent) { al.Log(denyAuditEvent(ev)) },
+		Registerer:   reg,
+		Logger:       log,
+		RequireAll:   cfg.packetGuardRequired(),
+		Report:       pol.Mode() == policy.ModeReport,
 	})
 	if err != nil {
 		k.closeListener()
@@ -136,7 +151,10 @@ func validateKernel(c *runConfig) error {
 	if _, err := parsePorts(c.transparentPorts); err != nil {
 		return failf("--transparent-ports %q: %v", c.transparentPorts, err)
 	}
-	if c.cgroup != "" && c.transparentAddr != "off" {
+	if err := validatePod(c); err != nil {
+		return err
+	}
+	if (c.cgroup != "" || c.pod.enabled) && c.transparentAddr != "off" {
 		ap, err := listenAddrPort(c.transparentAddr)
 		if err != nil || !ap.Addr().Unmap().Is4() {
 			return failf("--transparent-addr %q: want an IPv4 ip:port (IPv4-mapped destinations are redirected to it too) or off", c.transparentAddr)

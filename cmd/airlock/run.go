@@ -54,6 +54,8 @@ type runConfig struct {
 	adminAddr        string
 	stateDir         string
 	cgroup           string
+	pod              podConfig
+	caBundleOut      string
 	transparentPorts string
 	packetGuard      string
 	environment      string
@@ -88,6 +90,8 @@ func runFlags(stderr io.Writer) (*flagSet, *runConfig) {
 	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory: TLS interception CA, LLM usage ledger, placeholder key")
 	fs.StringVar(&c.cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement (eBPF) to; pins under /sys/fs/bpf/airlock/<sandbox>")
 	fs.StringVar(&c.transparentPorts, "transparent-ports", defaultTransparentPorts, "TCP ports the kernel redirects to the transparent listener (with --cgroup)")
+	podFlags(fs, c)
+	caBundleFlags(fs, c)
 	fs.StringVar(&c.packetGuard, "packet-guard", "auto", "refusing packet sockets needs the BPF LSM: required | best-effort | auto (required in production); best-effort is for sandboxes without CAP_NET_RAW")
 	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses to run without kernel enforcement")
 	fs.StringVar(&c.auditLog, "audit-log", "", "also append audit events (JSON lines) to this file")
@@ -134,8 +138,8 @@ func (c *runConfig) validate(fs *flagSet) error {
 	default:
 		return failf("--environment %q: use production, staging or development", c.environment)
 	}
-	if c.environment == "production" && c.cgroup == "" {
-		return failf("--environment production requires kernel enforcement: set --cgroup to the sandbox's cgroup v2 directory")
+	if c.environment == "production" && c.cgroup == "" && !c.pod.enabled {
+		return failf("--environment production requires kernel enforcement: set --cgroup to the sandbox's cgroup v2 directory (or --pod-cgroup in a Kubernetes pod)")
 	}
 	if c.proxyAddr == "off" {
 		return failf("--proxy-addr off: the explicit proxy is the only egress path in this build")
@@ -231,6 +235,9 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 	ca, err := proxy.LoadOrCreateCA(cfg.stateDir, time.Now)
 	if err != nil {
 		return nil, failf("%v", err)
+	}
+	if err := writeCABundle(cfg.caBundleOut, ca.CertPEM()); err != nil {
+		return nil, err
 	}
 	resolver, err := newResolver(cfg.upstreamDNS, pol)
 	if err != nil {

@@ -80,6 +80,12 @@ type AirlockConfig struct {
 	// of `ip netns exec`, which remounts /sys and so hides /sys/fs/cgroup and /sys/fs/bpf.
 	// Kernel enforcement (--cgroup) needs it.
 	HostMounts bool
+	// Cgroup, when set, is where the process starts (CLONE_INTO_CGROUP), as a sidecar
+	// container of a pod (--pod-cgroup) runs in its own cgroup inside the pod's.
+	Cgroup *Cgroup
+	// CgroupNS runs the process in a new cgroup namespace rooted at its cgroup (`unshare
+	// --cgroup`), as a container's private cgroup namespace ("0::/" in /proc/self/cgroup).
+	CgroupNS bool
 }
 
 // Airlock is a running `airlock run` inside the sidecar namespace, stopped with SIGTERM when
@@ -154,10 +160,14 @@ func (w *World) StartAirlock(t testing.TB, cfg AirlockConfig) *Airlock {
 		"--sandbox", sandbox,
 	}
 	args = append(args, cfg.Args...)
+	name := cfg.Binary
+	if cfg.CgroupNS {
+		name, args = "unshare", append([]string{"--cgroup", "--", cfg.Binary}, args...)
+	}
 	if cfg.HostMounts {
-		a.cmd = w.Sidecar.CommandHostMounts(context.Background(), cfg.Binary, args...)
+		a.cmd = w.Sidecar.CommandHostMounts(context.Background(), name, args...)
 	} else {
-		a.cmd = w.Sidecar.Command(context.Background(), cfg.Binary, args...)
+		a.cmd = w.Sidecar.Command(context.Background(), name, args...)
 	}
 	a.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
@@ -170,6 +180,10 @@ func (w *World) StartAirlock(t testing.TB, cfg AirlockConfig) *Airlock {
 	a.cmd.Stderr = a.Stderr
 	// If the test process dies, so does airlock.
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cfg.Cgroup != nil {
+		a.cmd.SysProcAttr.UseCgroupFD = true
+		a.cmd.SysProcAttr.CgroupFD = int(cfg.Cgroup.dir.Fd())
+	}
 	if err := a.cmd.Start(); err != nil {
 		t.Fatalf("start airlock: %v", err)
 	}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestPodFlagsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" when valid
+	}{
+		{[]string{"--pod-cgroup", "--cgroup-root", "/host/sys/fs/cgroup"}, ""},
+		{[]string{"--pod-cgroup", "--environment", "production"}, ""},
+		{[]string{"--pod-cgroup", "--cgroup", "/sys/fs/cgroup/x"}, "mutually exclusive"},
+		{[]string{"--cgroup-root", "/host/sys/fs/cgroup"}, "only with --pod-cgroup"},
+		{[]string{"--environment", "production"}, "--pod-cgroup in a Kubernetes pod"},
+	} {
+		fs, c := runFlags(io.Discard)
+		if _, err := fs.parse(append([]string{"--policy", "p.yaml"}, tc.args...), io.Discard, false); err != nil {
+			t.Fatalf("%v: parse: %v", tc.args, err)
+		}
+		err := c.validate(fs)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: got %v, want valid", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: got %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+}
