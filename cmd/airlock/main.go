@@ -60,6 +60,7 @@ func commands() []command {
 		{"policy", "check, explain and test policy files, list placeholders (policy check|explain|test|placeholders)", policyCmd},
 		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
 		{"sandbox", "create, enter, list and remove local sandboxes (sandbox create|exec|list|delete|reap|doctor)", sandboxCmd},
+		{"webhook", "serve the Kubernetes admission webhook that injects the sidecar into labelled pods", webhookCmd},
 		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
 		{"version", "print the version", versionCmd},
 	}

@@ -146,6 +146,7 @@ labelled for sidecar injection is created instead (see "airlock webhook").`
 func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sandbox create", "airlock sandbox create NAME (--policy FILE | --profile P) [flags] [-- RUN-FLAGS]", createLong, stderr)
 	c := addCreateFlags(fs)
+	kc := kubeCreateFlags(fs)
 	asJSON := fs.Bool("json", false, "print the created sandbox's status as JSON instead of progress lines")
 	rest, runArgs := splitDashDash(args)
 	pos, err := fs.parse(rest, stdout, true)
@@ -157,8 +158,20 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		return failf("sandbox create: give exactly one NAME")
 	}
 	name := pos[0]
-	if c.backend != "local" {
-		return createOtherBackend(c, name, runArgs, stdout)
+	switch c.backend {
+	case "local":
+	case "kubernetes":
+		if len(runArgs) > 0 {
+			return failf("sandbox create --backend kubernetes: sidecar flags after -- are set by the webhook, not here")
+		}
+		if c.profile != "" {
+			return failf("sandbox create --backend kubernetes: --profile is for local sandboxes; write a policy that extends it and give --policy")
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return kubeCreate(ctx, name, c.policy, kc, stdout)
+	default:
+		return failf("--backend %q: use local or kubernetes", c.backend)
 	}
 	o, err := c.options(name, runArgs)
 	if err != nil {
@@ -208,16 +221,6 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
   remove:          airlock sandbox delete%[9]s %[1]s
 `, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd)
 	return nil
-}
-
-// createOtherBackend creates a sandbox on a backend other than local.
-func createOtherBackend(c *createFlags, name string, runArgs []string, stdout io.Writer) error {
-	switch c.backend {
-	case "kubernetes":
-		return failf("sandbox create --backend kubernetes: not built in")
-	default:
-		return failf("--backend %q: use local or kubernetes", c.backend)
-	}
 }
 
 // splitDashDash splits args at the first "--".

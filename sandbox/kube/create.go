@@ -1,0 +1,179 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// CreateOptions describe a sandbox pod for CreatePod.
+type CreateOptions struct {
+	// Name of the pod (required, a DNS-1123 subdomain).
+	Name string
+	// Namespace of the pod and its policy ConfigMap; empty means "default".
+	Namespace string
+	// Image of the sandbox's (single) app container (required).
+	Image string
+	// Command of the app container; empty means ["sleep", "infinity"], a sandbox to
+	// kubectl exec into.
+	Command []string
+	// PolicyConfigMap names the ConfigMap holding the policy; empty means "<Name>-policy".
+	PolicyConfigMap string
+	// PolicyKey is the ConfigMap key; empty means DefaultPolicyKey.
+	PolicyKey string
+	// PolicyFile, when set, is validated with policy.Load and written into the ConfigMap
+	// (created, or its key updated); empty means the ConfigMap must already exist.
+	PolicyFile string
+	// Environment sets AnnotationEnvironment; empty leaves the webhook's default.
+	Environment string
+}
+
+// managedBy labels what CreatePod writes.
+var managedBy = map[string]string{"app.kubernetes.io/managed-by": "airlock"}
+
+// CreatePod creates a pod labelled for injection (the webhook adds the sidecar when the API
+// server admits it) and, with PolicyFile, its policy ConfigMap; it returns the pod as the API
+// server stored it. An invalid policy file creates nothing.
+func CreatePod(ctx context.Context, client kubernetes.Interface, o CreateOptions) (*corev1.Pod, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if o.PolicyFile != "" {
+		data, err := policyData(o.PolicyFile)
+		if err != nil {
+			return nil, err
+		}
+		if err := applyConfigMap(ctx, client, o, data); err != nil {
+			return nil, err
+		}
+	}
+	pod, err := client.CoreV1().Pods(o.Namespace).Create(ctx, o.pod(), metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s/%s: %w", o.Namespace, o.Name, err)
+	}
+	return pod, nil
+}
+
+func (o *CreateOptions) defaults() error {
+	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("sandbox name %q: %s", o.Name, errs[0])
+	}
+	if o.Image == "" {
+		return fmt.Errorf("sandbox %s: an image is required", o.Name)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if len(o.Command) == 0 {
+		o.Command = []string{"sleep", "infinity"}
+	}
+	if o.PolicyConfigMap == "" {
+		o.PolicyConfigMap = o.Name + "-policy"
+	}
+	if o.PolicyKey == "" {
+		o.PolicyKey = DefaultPolicyKey
+	}
+	if errs := validation.IsConfigMapKey(o.PolicyKey); len(errs) > 0 {
+		return fmt.Errorf("policy key %q: %s", o.PolicyKey, errs[0])
+	}
+	if o.Environment != "" {
+		if _, ok := environments[o.Environment]; !ok {
+			return fmt.Errorf("environment %q: use production, staging or development", o.Environment)
+		}
+	}
+	return nil
+}
+
+// policyData reads and validates a policy file for a ConfigMap. The ConfigMap carries one
+// file, so a policy that extends other files is refused (built-in profiles are fine).
+func policyData(file string) ([]byte, error) {
+	if _, err := policy.Load(file); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	// Parsed again as if it stood alone in an empty directory: a file parent would not be
+	// found there, as it will not be in the pod.
+	alone := filepath.Join(string(filepath.Separator)+"nonexistent-airlock-configmap", filepath.Base(file))
+	if _, err := policy.Parse(alone, data); err != nil {
+		return nil, fmt.Errorf("policy %s extends other files, which a ConfigMap cannot carry (extend built-in profiles, or merge the parents in): %w", file, err)
+	}
+	return data, nil
+}
+
+// applyConfigMap creates the policy ConfigMap, or sets its key when it exists (other keys
+// are kept).
+func applyConfigMap(ctx context.Context, client kubernetes.Interface, o CreateOptions, data []byte) error {
+	cms := client.CoreV1().ConfigMaps(o.Namespace)
+	cm, err := cms.Get(ctx, o.PolicyConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: managedBy},
+			Data:       map[string]string{o.PolicyKey: string(data)},
+		}
+		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("get policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
+	}
+	cm = cm.DeepCopy()
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[o.PolicyKey] = string(data)
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
+	}
+	return nil
+}
+
+// pod is the sandbox pod before injection.
+func (o *CreateOptions) pod() *corev1.Pod {
+	annotations := map[string]string{AnnotationPolicy: o.PolicyConfigMap}
+	if o.PolicyKey != DefaultPolicyKey {
+		annotations[AnnotationPolicyKey] = o.PolicyKey
+	}
+	if o.Environment != "" {
+		annotations[AnnotationEnvironment] = o.Environment
+	}
+	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock"}
+	if len(validation.IsValidLabelValue(o.Name)) == 0 {
+		labels[LabelSandbox] = o.Name
+	}
+	noToken := false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        o.Name,
+			Namespace:   o.Namespace,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{
+			// The sandbox has no business with the Kubernetes API.
+			AutomountServiceAccountToken: &noToken,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			// Removed by the webhook when it injects the sidecar: without the webhook the
+			// pod never runs.
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: SchedulingGate}},
+			Containers: []corev1.Container{{
+				Name:    "sandbox",
+				Image:   o.Image,
+				Command: o.Command,
+			}},
+		},
+	}
+}

@@ -1,0 +1,149 @@
+package kube
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// No API server can run in these tests (no etcd, no kube-apiserver binary here), so CreatePod
+// runs against client-go's fake clientset: the same typed client calls, backed by an object
+// tracker. The injection itself is tested through the admission handler.
+
+const okPolicy = `apiVersion: airlock/v1
+kind: EgressPolicy
+metadata:
+  name: sandbox
+spec:
+  egress:
+    - name: pypi
+      hosts: ["pypi.org"]
+      ports: [443]
+`
+
+func writeFile(t *testing.T, dir, name, data string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCreatePodWithPolicyFile(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	file := writeFile(t, t.TempDir(), "p.yaml", okPolicy)
+	pod, err := CreatePod(ctx, client, CreateOptions{Name: "agent-7", Namespace: "team-a", Image: "python:3.13", PolicyFile: file, Environment: "production"})
+	if err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	stored, err := client.CoreV1().Pods("team-a").Get(ctx, "agent-7", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("pod not stored: %v", err)
+	}
+	for _, p := range []*corev1.Pod{pod, stored} {
+		if p.Labels[LabelInject] != "true" || p.Annotations[AnnotationPolicy] != "agent-7-policy" || p.Annotations[AnnotationEnvironment] != "production" {
+			t.Errorf("pod labels %v annotations %v", p.Labels, p.Annotations)
+		}
+		if len(p.Spec.Containers) != 1 || p.Spec.Containers[0].Image != "python:3.13" || !slices.Equal(p.Spec.Containers[0].Command, []string{"sleep", "infinity"}) {
+			t.Errorf("containers %+v", p.Spec.Containers)
+		}
+		if g := p.Spec.SchedulingGates; len(g) != 1 || g[0].Name != SchedulingGate {
+			t.Errorf("scheduling gates %v, want %s (the pod never runs uninjected)", g, SchedulingGate)
+		}
+		if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
+			t.Errorf("the sandbox pod mounts a service account token")
+		}
+	}
+	cm, err := client.CoreV1().ConfigMaps("team-a").Get(ctx, "agent-7-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("policy ConfigMap: %v", err)
+	}
+	if cm.Data[DefaultPolicyKey] != okPolicy {
+		t.Errorf("ConfigMap data %v, want the policy file under %s", cm.Data, DefaultPolicyKey)
+	}
+
+	// The pod the webhook will see when the API server admits it gets the sidecar.
+	res, err := Mutate(stored, "team-a", func() *Options { o := testOptions(); _ = o.Validate(); return &o }())
+	if err != nil || len(res.Patch) == 0 {
+		t.Fatalf("created pod is not injectable: %v, %d ops", err, len(res.Patch))
+	}
+	if last := res.Patch[len(res.Patch)-1]; last.Op != "add" || last.Path != "/metadata/annotations/airlock.dev~1injected" {
+		t.Errorf("last operation %+v, want the injected annotation", last)
+	}
+	if !slices.ContainsFunc(res.Patch, func(op PatchOp) bool { return op.Op == "remove" && op.Path == "/spec/schedulingGates/0" }) {
+		t.Errorf("the patch does not remove the scheduling gate: %+v", res.Patch)
+	}
+}
+
+func TestCreatePodUpdatesExistingConfigMap(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "default"},
+		Data:       map[string]string{"other.yaml": "keep me", "sb.yaml": "old"},
+	})
+	file := writeFile(t, t.TempDir(), "p.yaml", okPolicy)
+	pod, err := CreatePod(ctx, client, CreateOptions{Name: "sb", Image: "alpine", Command: []string{"sh", "-c", "true"}, PolicyConfigMap: "shared", PolicyKey: "sb.yaml", PolicyFile: file})
+	if err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	if pod.Namespace != "default" || pod.Annotations[AnnotationPolicyKey] != "sb.yaml" || pod.Annotations[AnnotationPolicy] != "shared" {
+		t.Errorf("pod %s/%s annotations %v", pod.Namespace, pod.Name, pod.Annotations)
+	}
+	cm, err := client.CoreV1().ConfigMaps("default").Get(ctx, "shared", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["sb.yaml"] != okPolicy || cm.Data["other.yaml"] != "keep me" {
+		t.Errorf("ConfigMap data %v: want sb.yaml updated and other.yaml kept", cm.Data)
+	}
+}
+
+func TestCreatePodRefuses(t *testing.T) {
+	dir := t.TempDir()
+	bad := writeFile(t, dir, "bad.yaml", strings.Replace(okPolicy, "hosts:", "hostz:", 1))
+	writeFile(t, dir, "base.yaml", okPolicy)
+	child := writeFile(t, dir, "child.yaml", strings.Replace(okPolicy, "spec:\n", "spec:\n  extends: [./base.yaml]\n", 1))
+	for _, tc := range []struct {
+		name string
+		o    CreateOptions
+		want string
+	}{
+		{"invalid policy", CreateOptions{Name: "a", Image: "i", PolicyFile: bad}, "hostz"},
+		{"missing policy", CreateOptions{Name: "a", Image: "i", PolicyFile: filepath.Join(dir, "none.yaml")}, "cannot read policy"},
+		{"file parents", CreateOptions{Name: "a", Image: "i", PolicyFile: child}, "extends other files"},
+		{"bad name", CreateOptions{Name: "A_B", Image: "i"}, "sandbox name"},
+		{"no image", CreateOptions{Name: "a"}, "image is required"},
+		{"bad key", CreateOptions{Name: "a", Image: "i", PolicyKey: "a/b"}, "policy key"},
+		{"bad environment", CreateOptions{Name: "a", Image: "i", Environment: "prod"}, "environment"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			_, err := CreatePod(context.Background(), client, tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CreatePod: %v, want an error containing %q", err, tc.want)
+			}
+			pods, _ := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+			cms, _ := client.CoreV1().ConfigMaps("").List(context.Background(), metav1.ListOptions{})
+			if len(pods.Items)+len(cms.Items) != 0 {
+				t.Errorf("a refused create left %d pods and %d ConfigMaps", len(pods.Items), len(cms.Items))
+			}
+		})
+	}
+}
+
+func TestCreatePodAlreadyExists(t *testing.T) {
+	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dup", Namespace: "default"}})
+	_, err := CreatePod(context.Background(), client, CreateOptions{Name: "dup", Image: "i", PolicyConfigMap: "p"})
+	if err == nil || !strings.Contains(err.Error(), "create pod default/dup") {
+		t.Errorf("CreatePod over an existing pod: %v, want a create error", err)
+	}
+}

@@ -1,0 +1,259 @@
+package kube
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+const deployDir = "../../deploy"
+
+// manifests decodes every YAML document of every file in deploy/ (not deploy/examples/,
+// which holds airlock policies) strictly into its typed Kubernetes object: an unknown or
+// duplicate field, or a kind the client-go scheme does not know, fails the test.
+func manifests(t *testing.T) map[string][]runtime.Object {
+	t.Helper()
+	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		json.SerializerOptions{Yaml: true, Strict: true})
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", deployDir, err)
+	}
+	out := map[string][]runtime.Object{}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for i := 0; ; i++ {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: document %d: %v", f, i, err)
+			}
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			obj, gvk, err := strict.Decode(doc, nil, nil)
+			if err != nil {
+				t.Errorf("%s: document %d does not decode strictly: %v", f, i, err)
+				continue
+			}
+			t.Logf("%s: %s", filepath.Base(f), gvk)
+			out[filepath.Base(f)] = append(out[filepath.Base(f)], obj)
+		}
+		if len(out[filepath.Base(f)]) == 0 {
+			t.Errorf("%s holds no manifest", f)
+		}
+	}
+	return out
+}
+
+// stripComments drops comment-only lines, so a document of comments counts as empty.
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+// one returns the only object of type T in file.
+func one[T runtime.Object](t *testing.T, all map[string][]runtime.Object, file string) T {
+	t.Helper()
+	var found []T
+	for _, o := range all[file] {
+		if v, ok := o.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("%s: %d objects of type %T, want 1", file, len(found), zero)
+	}
+	return found[0]
+}
+
+func TestManifestsDecode(t *testing.T) {
+	all := manifests(t)
+
+	var namespaces []string
+	for _, o := range all["namespace.yaml"] {
+		namespaces = append(namespaces, o.(*corev1.Namespace).Name)
+	}
+	if !slices.Equal(namespaces, []string{"airlock-system", "airlock-sandboxes"}) {
+		t.Errorf("namespaces %v", namespaces)
+	}
+
+	sa := one[*corev1.ServiceAccount](t, all, "rbac.yaml")
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("the webhook's ServiceAccount mounts a token it never uses")
+	}
+	role := one[*rbacv1.ClusterRole](t, all, "rbac.yaml")
+	for _, r := range role.Rules {
+		for _, res := range r.Resources {
+			if res == "secrets" || res == "*" || slices.Contains(r.Verbs, "*") {
+				t.Errorf("ClusterRole rule %+v is broader than sandbox creation needs", r)
+			}
+		}
+	}
+	one[*rbacv1.RoleBinding](t, all, "rbac.yaml")
+
+	dep := one[*appsv1.Deployment](t, all, "deployment.yaml")
+	svc := one[*corev1.Service](t, all, "service.yaml")
+	mwc := one[*admissionregv1.MutatingWebhookConfiguration](t, all, "mutatingwebhookconfiguration.yaml")
+	if len(mwc.Webhooks) != 1 {
+		t.Fatalf("webhooks: %d, want 1", len(mwc.Webhooks))
+	}
+	wh := mwc.Webhooks[0]
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail", wh.FailurePolicy)
+	}
+	if wh.SideEffects == nil || *wh.SideEffects != admissionregv1.SideEffectClassNone {
+		t.Errorf("sideEffects %v, want None", wh.SideEffects)
+	}
+	if !slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) {
+		t.Errorf("admissionReviewVersions %v, want [v1]", wh.AdmissionReviewVersions)
+	}
+	if wh.ObjectSelector == nil || wh.ObjectSelector.MatchLabels[LabelInject] != "true" {
+		t.Errorf("objectSelector %v, want %s=true", wh.ObjectSelector, LabelInject)
+	}
+	excluded := false
+	for _, e := range wh.NamespaceSelector.MatchExpressions {
+		excluded = excluded || (e.Key == "kubernetes.io/metadata.name" && e.Operator == "NotIn" && slices.Contains(e.Values, dep.Namespace))
+	}
+	if !excluded {
+		t.Errorf("namespaceSelector %v does not exclude the webhook's namespace %s", wh.NamespaceSelector, dep.Namespace)
+	}
+	ref := wh.ClientConfig.Service
+	if ref == nil || ref.Name != svc.Name || ref.Namespace != svc.Namespace || ref.Path == nil || *ref.Path != "/mutate" ||
+		ref.Port == nil || *ref.Port != svc.Spec.Ports[0].Port {
+		t.Errorf("webhook service %+v does not match Service %s/%s port %d path /mutate", ref, svc.Namespace, svc.Name, svc.Spec.Ports[0].Port)
+	}
+	if mwc.Annotations["cert-manager.io/inject-ca-from"] != "airlock-system/airlock-webhook" {
+		t.Errorf("no cert-manager CA injection annotation")
+	}
+	if !slices.ContainsFunc(wh.Rules, func(r admissionregv1.RuleWithOperations) bool {
+		return slices.Contains(r.Resources, "pods") && slices.Contains(r.Operations, admissionregv1.Create)
+	}) {
+		t.Errorf("rules %v do not send pod creation", wh.Rules)
+	}
+	tmpl := dep.Spec.Template
+	if !labelsMatch(svc.Spec.Selector, tmpl.Labels) || !labelsMatch(dep.Spec.Selector.MatchLabels, tmpl.Labels) {
+		t.Errorf("Service selector %v / Deployment selector %v do not select the pod labels %v", svc.Spec.Selector, dep.Spec.Selector.MatchLabels, tmpl.Labels)
+	}
+	if tmpl.Spec.ServiceAccountName != sa.Name || dep.Namespace != sa.Namespace {
+		t.Errorf("Deployment runs as %s, want %s", tmpl.Spec.ServiceAccountName, sa.Name)
+	}
+
+	// The example pod, admitted with the options the Deployment gives the webhook, gets the
+	// sidecar with the example policy ConfigMap.
+	pod := one[*corev1.Pod](t, all, "sandbox-pod.yaml")
+	cm := one[*corev1.ConfigMap](t, all, "policy-configmap.yaml")
+	if pod.Annotations[AnnotationPolicy] != cm.Name || pod.Namespace != cm.Namespace {
+		t.Errorf("example pod names policy %s/%s, the ConfigMap is %s/%s", pod.Namespace, pod.Annotations[AnnotationPolicy], cm.Namespace, cm.Name)
+	}
+	opts := Options{Namespace: dep.Namespace}
+	for _, e := range tmpl.Spec.Containers[0].Env {
+		switch e.Name {
+		case "AIRLOCK_IMAGE":
+			opts.Image = e.Value
+		case "AIRLOCK_UPSTREAM_DNS":
+			opts.UpstreamDNS = e.Value
+		case "AIRLOCK_ENVIRONMENT":
+			opts.Environment = e.Value
+		}
+	}
+	if err := opts.Validate(); err != nil {
+		t.Fatalf("the Deployment's webhook options: %v", err)
+	}
+	got := applyPatch(t, pod, admit(t, newTestHandler(t, opts), pod, pod.Namespace))
+	if got.Spec.InitContainers[0].Name != SidecarName || len(got.Spec.SchedulingGates) != 0 {
+		t.Errorf("example pod: init containers %v, gates %v; want the sidecar and no gate", got.Spec.InitContainers, got.Spec.SchedulingGates)
+	}
+}
+
+func labelsMatch(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(selector) > 0
+}
+
+func TestManifestPolicyLoads(t *testing.T) {
+	cm := one[*corev1.ConfigMap](t, manifests(t), "policy-configmap.yaml")
+	data, ok := cm.Data[DefaultPolicyKey]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no %s key", cm.Name, DefaultPolicyKey)
+	}
+	p, err := policy.Parse("deploy/policy-configmap.yaml#"+DefaultPolicyKey, []byte(data))
+	if err != nil {
+		t.Fatalf("example policy does not load: %v", err)
+	}
+	if p.Name() != "agent" {
+		t.Errorf("policy name %q, want agent", p.Name())
+	}
+}
+
+// kustomization is the part of a kustomize Kustomization this repository uses.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+}
+
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		t.Errorf("kustomization.yaml is %s %s", k.APIVersion, k.Kind)
+	}
+	files, _ := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	var want []string
+	for _, f := range files {
+		if b := filepath.Base(f); b != "kustomization.yaml" {
+			want = append(want, b)
+		}
+	}
+	got := slices.Clone(k.Resources)
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("kustomization resources %v, want exactly the manifests present %v", got, want)
+	}
+}

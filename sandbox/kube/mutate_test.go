@@ -1,0 +1,329 @@
+package kube
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestInjectsSidecar(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	pod := basePod()
+	resp := admit(t, h, pod, "team-a")
+	if !strings.Contains(string(resp.Patch), `"/metadata/annotations/airlock.dev~1injected"`) {
+		t.Errorf("patch does not escape the annotation key's '/': %s", resp.Patch)
+	}
+	got := applyPatch(t, pod, resp)
+
+	if n := len(got.Spec.InitContainers); n != 1 {
+		t.Fatalf("init containers: got %d, want 1 (the sidecar)", n)
+	}
+	sc := got.Spec.InitContainers[0]
+	if sc.Name != SidecarName || sc.Image != "registry.test/airlock:v1" {
+		t.Errorf("sidecar %s %s, want %s registry.test/airlock:v1", sc.Name, sc.Image, SidecarName)
+	}
+	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("sidecar restartPolicy %v, want Always (native sidecar)", sc.RestartPolicy)
+	}
+	if !slices.Equal(sc.Command, []string{"airlock"}) || len(sc.Args) == 0 || sc.Args[0] != "run" {
+		t.Errorf("sidecar runs %v %v, want airlock run ...", sc.Command, sc.Args)
+	}
+	for flag, want := range map[string]string{
+		"--policy":           "/etc/airlock/policy/policy.yaml",
+		"--proxy-addr":       "127.0.0.1:3128",
+		"--transparent-addr": "127.0.0.1:15001",
+		"--dns-addr":         "127.0.0.1:53",
+		"--llm-addr":         "127.0.0.1:4000",
+		"--admin-addr":       "[$(POD_IP)]:9090",
+		"--state-dir":        "/var/lib/airlock",
+		"--sandbox":          "$(POD_NAMESPACE).$(POD_NAME)",
+		"--environment":      "production",
+		"--upstream-dns":     "10.96.0.10:53",
+		"--cgroup-root":      "/host/sys/fs/cgroup",
+		"--ca-bundle-out":    "/etc/airlock/ca/ca-bundle.pem",
+		"--pod-cgroup":       "--cgroup-root",
+	} {
+		if got, ok := argValue(sc.Args, flag); !ok || got != want {
+			t.Errorf("sidecar %s: got %q (present %v), want %q", flag, got, ok, want)
+		}
+	}
+	if sc.StartupProbe == nil || sc.StartupProbe.HTTPGet == nil || sc.StartupProbe.HTTPGet.Path != "/readyz" || sc.StartupProbe.HTTPGet.Port.IntValue() != 9090 {
+		t.Errorf("sidecar startup probe %+v, want GET /readyz on 9090", sc.StartupProbe)
+	}
+	if sc.SecurityContext == nil || sc.SecurityContext.Privileged == nil || !*sc.SecurityContext.Privileged {
+		t.Errorf("sidecar securityContext %+v, want privileged (eBPF on the pod cgroup)", sc.SecurityContext)
+	}
+	if !slices.ContainsFunc(sc.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory"
+	}) {
+		t.Errorf("sidecar env %v: want GOMEMLIMIT from its memory limit", sc.Env)
+	}
+	if sc.Resources.Limits.Memory().IsZero() {
+		t.Errorf("sidecar has no memory limit")
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range sc.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	for name, path := range map[string]string{volumePolicy: "/etc/airlock/policy", volumeState: "/var/lib/airlock", volumeCA: CADir, volumeBPF: "/sys/fs/bpf", volumeCgroup: "/host/sys/fs/cgroup"} {
+		if mounts[name].MountPath != path {
+			t.Errorf("sidecar mount %s at %q, want %q", name, mounts[name].MountPath, path)
+		}
+	}
+	if mounts[volumeCA].ReadOnly {
+		t.Errorf("sidecar must write the CA bundle: its %s mount is read-only", volumeCA)
+	}
+
+	vols := map[string]corev1.Volume{}
+	for _, v := range got.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	if cm := vols[volumePolicy].ConfigMap; cm == nil || cm.Name != "agent-policy" {
+		t.Errorf("policy volume %+v, want ConfigMap agent-policy", vols[volumePolicy])
+	}
+	if vols[volumeCA].EmptyDir == nil || vols[volumeState].EmptyDir == nil {
+		t.Errorf("CA and state volumes must be emptyDirs: %+v %+v", vols[volumeCA], vols[volumeState])
+	}
+	for name, path := range map[string]string{volumeBPF: "/sys/fs/bpf", volumeCgroup: "/sys/fs/cgroup"} {
+		if hp := vols[name].HostPath; hp == nil || hp.Path != path {
+			t.Errorf("volume %s: %+v, want hostPath %s", name, vols[name], path)
+		}
+	}
+
+	app := got.Spec.Containers[0]
+	env := envOf(app)
+	for name, want := range map[string]string{
+		"FOO":                 "bar",
+		"HTTP_PROXY":          "http://127.0.0.1:3128", // the container's own value is overridden
+		"HTTPS_PROXY":         "http://127.0.0.1:3128",
+		"http_proxy":          "http://127.0.0.1:3128",
+		"https_proxy":         "http://127.0.0.1:3128",
+		"NO_PROXY":            "localhost,127.0.0.1,::1,llm.airlock.internal",
+		"no_proxy":            "localhost,127.0.0.1,::1,llm.airlock.internal",
+		"SSL_CERT_FILE":       CABundle,
+		"NODE_EXTRA_CA_CERTS": CABundle,
+		"REQUESTS_CA_BUNDLE":  CABundle,
+		"GIT_SSL_CAINFO":      CABundle,
+		"CURL_CA_BUNDLE":      CABundle,
+		"OPENAI_BASE_URL":     "http://127.0.0.1:4000/v1",
+		"ANTHROPIC_BASE_URL":  "http://127.0.0.1:4000",
+	} {
+		if env[name] != want {
+			t.Errorf("app env %s: got %q, want %q", name, env[name], want)
+		}
+	}
+	if len(app.Env) != 14 {
+		t.Errorf("app env has %d entries, want 14 (no duplicates): %v", len(app.Env), app.Env)
+	}
+	if !slices.ContainsFunc(app.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == volumeCA && m.MountPath == CADir && m.ReadOnly
+	}) {
+		t.Errorf("app mounts %v, want %s read-only at %s", app.VolumeMounts, volumeCA, CADir)
+	}
+	for _, m := range app.VolumeMounts {
+		if m.Name == volumeState {
+			t.Errorf("app container mounts the sidecar state (CA key)")
+		}
+	}
+
+	if got.Spec.DNSPolicy != corev1.DNSNone || got.Spec.DNSConfig == nil || !slices.Equal(got.Spec.DNSConfig.Nameservers, []string{"127.0.0.1"}) {
+		t.Errorf("DNS: policy %q config %+v, want None with nameserver 127.0.0.1", got.Spec.DNSPolicy, got.Spec.DNSConfig)
+	} else {
+		if want := []string{"team-a.svc.cluster.local", "svc.cluster.local", "cluster.local"}; !slices.Equal(got.Spec.DNSConfig.Searches, want) {
+			t.Errorf("DNS searches %v, want %v", got.Spec.DNSConfig.Searches, want)
+		}
+		if o := got.Spec.DNSConfig.Options; len(o) != 1 || o[0].Name != "ndots" || *o[0].Value != "5" {
+			t.Errorf("DNS options %v, want ndots:5", o)
+		}
+	}
+	if got.Annotations[AnnotationInjected] != "true" || got.Annotations[AnnotationPolicy] != "agent-policy" {
+		t.Errorf("annotations %v, want %s=true and the policy annotation kept", got.Annotations, AnnotationInjected)
+	}
+
+	// Idempotence: the API server may call the webhook again on the mutated pod.
+	again := admit(t, h, got, "team-a")
+	if !again.Allowed || len(again.Patch) != 0 {
+		t.Errorf("second review: allowed %v, patch %s; want allowed with no patch", again.Allowed, again.Patch)
+	}
+}
+
+func TestReinvocationPatchesOnlyANewContainer(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	pod := basePod()
+	injected := applyPatch(t, pod, admit(t, h, pod, "team-a"))
+	// Another webhook added a container after airlock's injection.
+	injected.Spec.Containers = append(injected.Spec.Containers, corev1.Container{Name: "late", Image: "busybox"})
+	resp := admit(t, h, injected, "team-a")
+	got := applyPatch(t, injected, resp)
+	late := got.Spec.Containers[1]
+	if envOf(late)["HTTPS_PROXY"] != "http://127.0.0.1:3128" || len(late.VolumeMounts) != 1 {
+		t.Errorf("late container env %v mounts %v, want the proxy env and the CA mount", late.Env, late.VolumeMounts)
+	}
+	if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != len(injected.Spec.Volumes) {
+		t.Errorf("re-invocation added a second sidecar or volumes: %d init containers, %d volumes", len(got.Spec.InitContainers), len(got.Spec.Volumes))
+	}
+}
+
+func TestExistingInitContainersVolumesAndDNS(t *testing.T) {
+	h := newTestHandler(t, Options{Image: "airlock:v1", UpstreamDNS: "10.96.0.10:53", Environment: "development", DefaultPolicyConfigMap: "fallback"})
+	pod := basePod()
+	pod.Annotations = map[string]string{AnnotationEnvironment: "staging", AnnotationPolicyKey: "strict.yaml", "team/owner": "a~b"}
+	pod.Spec.InitContainers = []corev1.Container{{Name: "fetch", Image: "alpine/git"}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	pod.Spec.DNSPolicy = corev1.DNSNone
+	pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.53"}, Searches: []string{"corp.test"}}
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.test/quota"}, {Name: SchedulingGate}}
+	got := applyPatch(t, pod, admit(t, h, pod, "team-b"))
+
+	if g := got.Spec.SchedulingGates; len(g) != 1 || g[0].Name != "example.test/quota" {
+		t.Errorf("scheduling gates %v, want airlock's removed and the other kept", g)
+	}
+	if n := len(got.Spec.InitContainers); n != 2 || got.Spec.InitContainers[0].Name != SidecarName || got.Spec.InitContainers[1].Name != "fetch" {
+		t.Fatalf("init containers %d, want the sidecar first then fetch", n)
+	}
+	sc := got.Spec.InitContainers[0]
+	if v, _ := argValue(sc.Args, "--environment"); v != "staging" {
+		t.Errorf("--environment %q, want staging (stricter than the webhook's development)", v)
+	}
+	if v, _ := argValue(sc.Args, "--policy"); v != "/etc/airlock/policy/strict.yaml" {
+		t.Errorf("--policy %q, want the annotated key", v)
+	}
+	if envOf(got.Spec.InitContainers[1])["HTTPS_PROXY"] != "http://127.0.0.1:3128" {
+		t.Errorf("the pod's own init container did not get the proxy env")
+	}
+	if len(got.Spec.Volumes) != 6 || got.Spec.Volumes[0].Name != "work" {
+		t.Errorf("volumes %d, want the pod's own plus 5", len(got.Spec.Volumes))
+	}
+	for _, v := range got.Spec.Volumes {
+		if v.Name == volumePolicy && v.ConfigMap.Name != "fallback" {
+			t.Errorf("policy ConfigMap %q, want the webhook default", v.ConfigMap.Name)
+		}
+	}
+	if d := got.Spec.DNSConfig; !slices.Equal(d.Nameservers, []string{"127.0.0.1"}) || !slices.Equal(d.Searches, []string{"corp.test"}) {
+		t.Errorf("DNS %+v, want nameserver 127.0.0.1 and the pod's own searches", d)
+	}
+	if got.Annotations["team/owner"] != "a~b" || got.Annotations[AnnotationInjected] != "true" {
+		t.Errorf("annotations %v", got.Annotations)
+	}
+}
+
+func TestNotInjected(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	for _, tc := range []struct {
+		name, namespace string
+		edit            func(*corev1.Pod)
+	}{
+		{"unlabelled", "team-a", func(p *corev1.Pod) { p.Labels = nil }},
+		{"label false", "team-a", func(p *corev1.Pod) { p.Labels[LabelInject] = "false" }},
+		{"webhook namespace", "airlock-system", func(*corev1.Pod) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := basePod()
+			tc.edit(pod)
+			resp := admit(t, h, pod, tc.namespace)
+			if !resp.Allowed || len(resp.Patch) != 0 || resp.PatchType != nil {
+				t.Errorf("allowed %v patch %s type %v; want allowed, untouched", resp.Allowed, resp.Patch, resp.PatchType)
+			}
+		})
+	}
+}
+
+func TestRefused(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	yes := true
+	for _, tc := range []struct {
+		name, want string
+		edit       func(*corev1.Pod)
+	}{
+		{"no policy annotation", "annotation airlock.dev/policy is missing", func(p *corev1.Pod) { p.Annotations = nil }},
+		{"bad policy name", "is not a ConfigMap name", func(p *corev1.Pod) { p.Annotations[AnnotationPolicy] = "Bad_Name" }},
+		{"policy key escapes", "is not a ConfigMap key", func(p *corev1.Pod) { p.Annotations[AnnotationPolicyKey] = "../../etc/passwd" }},
+		{"laxer environment", "laxer than the webhook's environment", func(p *corev1.Pod) { p.Annotations[AnnotationEnvironment] = "development" }},
+		{"unknown environment", "use production, staging or development", func(p *corev1.Pod) { p.Annotations[AnnotationEnvironment] = "prod" }},
+		{"host network", "hostNetwork", func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+		{"shared process namespace", "shareProcessNamespace", func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = &yes }},
+		{"host PID", "hostPID", func(p *corev1.Pod) { p.Spec.HostPID = true }},
+		{"privileged app", "is privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &yes}
+		}},
+		{"NET_ADMIN", "adds capability NET_ADMIN", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}}
+		}},
+		{"mounts sidecar state", "only the airlock sidecar may mount", func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: volumeState, MountPath: "/steal"}}
+		}},
+		{"reserved volume", "reserved for the airlock sidecar", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: volumeCA, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}},
+		{"fake sidecar", "is not the sidecar this webhook injects", func(p *corev1.Pod) {
+			p.Annotations[AnnotationInjected] = "true"
+			p.Spec.InitContainers = []corev1.Container{{Name: SidecarName, Image: "busybox", Command: []string{"sleep", "infinity"}}}
+		}},
+		{"app named like the sidecar", "reserved for the airlock sidecar", func(p *corev1.Pod) { p.Spec.Containers[0].Name = SidecarName }},
+		{"name too long", "shorten the pod name", func(p *corev1.Pod) { p.Name = strings.Repeat("a", 60) }},
+		{"generateName too long", "shorten the pod name", func(p *corev1.Pod) { p.Name, p.GenerateName = "", strings.Repeat("b", 55)+"-" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := basePod()
+			tc.edit(pod)
+			resp := admit(t, h, pod, "team-a")
+			if resp.Allowed || len(resp.Patch) != 0 {
+				t.Fatalf("allowed %v with patch %s, want refused", resp.Allowed, resp.Patch)
+			}
+			if resp.Result == nil || resp.Result.Code != 403 || !strings.Contains(resp.Result.Message, tc.want) {
+				t.Errorf("result %+v, want 403 with a message containing %q", resp.Result, tc.want)
+			}
+		})
+	}
+}
+
+func TestForgedAnnotationDoesNotSkipInjection(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	pod := basePod()
+	pod.Annotations[AnnotationInjected] = "true"
+	got := applyPatch(t, pod, admit(t, h, pod, "team-a"))
+	if len(got.Spec.InitContainers) != 1 || got.Spec.InitContainers[0].Name != SidecarName {
+		t.Errorf("a pod annotated as injected without the sidecar got %d init containers, want the sidecar", len(got.Spec.InitContainers))
+	}
+}
+
+func TestPointerEscapes(t *testing.T) {
+	for _, tc := range []struct {
+		tokens []string
+		want   string
+	}{
+		{[]string{"metadata", "annotations", "airlock.dev/injected"}, "/metadata/annotations/airlock.dev~1injected"},
+		{[]string{"a~b", "c/d~/e"}, "/a~0b/c~1d~0~1e"},
+		{[]string{"spec", "containers", "0", "env"}, "/spec/containers/0/env"},
+	} {
+		if got := pointer(tc.tokens...); got != tc.want {
+			t.Errorf("pointer(%q) = %q, want %q", tc.tokens, got, tc.want)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		ok   bool
+	}{
+		{"ok", testOptions(), true},
+		{"no image", Options{UpstreamDNS: "10.96.0.10:53"}, false},
+		{"no upstream DNS", Options{Image: "a"}, false},
+		{"bad upstream DNS", Options{Image: "a", UpstreamDNS: "kube-dns"}, false},
+		{"bare IP upstream", Options{Image: "a", UpstreamDNS: "10.96.0.10"}, true},
+		{"bad environment", Options{Image: "a", UpstreamDNS: "10.96.0.10:53", Environment: "prod"}, false},
+		{"bad default policy", Options{Image: "a", UpstreamDNS: "10.96.0.10:53", DefaultPolicyConfigMap: "A B"}, false},
+		{"bad port", Options{Image: "a", UpstreamDNS: "10.96.0.10:53", AdminPort: 70000}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate()
+			if (err == nil) != tc.ok {
+				t.Errorf("Validate: %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,55 @@
+package kube
+
+// Labels and annotations on a pod that airlock reads or writes; they are the contract between
+// the webhook, the manifests in deploy/ and the users who label their pods.
+const (
+	// LabelInject set to "true" on a pod asks for the sidecar (the MutatingWebhookConfiguration
+	// selects on it, and the webhook checks it again).
+	LabelInject = "airlock.dev/inject"
+	// LabelSandbox carries the sandbox name on pods CreatePod makes (when it fits a label).
+	LabelSandbox = "airlock.dev/sandbox"
+	// AnnotationPolicy names the ConfigMap (in the pod's namespace) holding the policy.
+	AnnotationPolicy = "airlock.dev/policy"
+	// AnnotationPolicyKey names the key of that ConfigMap holding the policy YAML; default
+	// DefaultPolicyKey.
+	AnnotationPolicyKey = "airlock.dev/policy-key"
+	// AnnotationEnvironment chooses the sidecar's --environment; it may be stricter than the
+	// webhook's, never laxer.
+	AnnotationEnvironment = "airlock.dev/environment"
+	// AnnotationInjected is written "true" on an injected pod (informational: whether a pod
+	// is injected is decided by its sidecar container, so the annotation cannot be forged
+	// into an opt-out).
+	AnnotationInjected = "airlock.dev/injected"
+
+	// SchedulingGate on a pod keeps it from being scheduled until the webhook injects the
+	// sidecar and removes the gate: a labelled pod created while the webhook is not
+	// configured stays Pending (SchedulingGated) instead of running without its sidecar.
+	SchedulingGate = "airlock.dev/sidecar"
+
+	// DefaultPolicyKey is the ConfigMap key read when the pod has no AnnotationPolicyKey.
+	DefaultPolicyKey = "policy.yaml"
+)
+
+// Names of what the webhook adds to a pod.
+const (
+	// SidecarName is the name of the injected native sidecar (an init container with
+	// restartPolicy Always).
+	SidecarName = "airlock"
+
+	volumeCA     = "airlock-ca"     // emptyDir: the CA bundle, read-only in app containers
+	volumeState  = "airlock-state"  // emptyDir: the sidecar's state (CA key), sidecar only
+	volumePolicy = "airlock-policy" // the policy ConfigMap
+	volumeBPF    = "airlock-bpffs"  // hostPath /sys/fs/bpf: pins survive a sidecar restart
+	volumeCgroup = "airlock-cgroup" // hostPath /sys/fs/cgroup: the host cgroup2 hierarchy
+
+	// CADir is where app containers find the CA bundle; CABundle is the bundle itself
+	// (system roots followed by the sidecar's interception CA).
+	CADir    = "/etc/airlock/ca"
+	CABundle = CADir + "/ca-bundle.pem"
+
+	policyDir      = "/etc/airlock/policy"
+	stateDir       = "/var/lib/airlock"
+	bpfDir         = "/sys/fs/bpf"
+	hostCgroupDir  = "/sys/fs/cgroup"
+	cgroupRootPath = "/host/sys/fs/cgroup"
+)
