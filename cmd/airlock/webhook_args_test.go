@@ -1,0 +1,60 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/airlock-dev/airlock/sandbox/kube"
+)
+
+// TestInjectedSidecarArgsAreValidRunFlags parses the arguments the webhook gives the sidecar
+// with airlock run's own flag set and validation, so the two cannot drift apart.
+func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
+	opts := kube.Options{Image: "airlock:test", UpstreamDNS: "10.96.0.10:53"}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-1", Labels: map[string]string{kube.LabelInject: "true"},
+			Annotations: map[string]string{kube.AnnotationPolicy: "p"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent"}}},
+	}
+	res, err := kube.Mutate(pod, "team-a", &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sidecar *corev1.Container
+	for _, op := range res.Patch {
+		if cs, ok := op.Value.([]corev1.Container); ok && op.Path == "/spec/initContainers" {
+			sidecar = &cs[0]
+		}
+	}
+	if sidecar == nil {
+		t.Fatalf("no sidecar in the patch %+v", res.Patch)
+	}
+	// What the kubelet does with $(VAR) references from the downward API.
+	expand := strings.NewReplacer("$(POD_IP)", "10.1.2.3", "$(POD_NAMESPACE)", "team-a", "$(POD_NAME)", "agent-1")
+	args := make([]string, len(sidecar.Args))
+	for i, a := range sidecar.Args {
+		args[i] = expand.Replace(a)
+	}
+	if args[0] != "run" {
+		t.Fatalf("sidecar runs %q, want run", args[0])
+	}
+	fs, cfg := runFlags(io.Discard)
+	rest, err := fs.parse(args[1:], io.Discard, false)
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("airlock run does not accept the injected arguments %q: %v (rest %q)", args, err, rest)
+	}
+	if err := cfg.validate(fs); err != nil {
+		t.Errorf("airlock run refuses the injected arguments: %v", err)
+	}
+	if !cfg.pod.enabled || cfg.pod.cgroupRoot != "/host/sys/fs/cgroup" || cfg.caBundleOut != kube.CABundle ||
+		cfg.sandbox != "team-a.agent-1" || cfg.environment != "production" || cfg.adminAddr != "[10.1.2.3]:9090" {
+		t.Errorf("parsed run config %+v", cfg)
+	}
+}
