@@ -40,8 +40,8 @@ var defaultPorts = []int{80, 443}
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"}
 
 var (
-	ruleNameRE   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
-	policyNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	ruleNameRE   = nameMatcher{max: 63, inner: "._-", upper: true}
+	policyNameRE = nameMatcher{max: 253, inner: ".-"}
 	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
 
@@ -338,4 +338,31 @@ func compileValue(d *decoder, v, path string) []string {
 		}
 	}
 	return names
+}
+
+// nameMatcher checks a name of 1..max letters and digits with the inner characters allowed
+// only between them (not first or last). It replaces regular expressions whose bounded
+// repetition ({0,251}) compiled into large programs at every process start.
+type nameMatcher struct {
+	max   int
+	inner string // punctuation allowed inside the name
+	upper bool   // upper-case letters allowed
+}
+
+// MatchString reports whether s is such a name.
+func (m nameMatcher) MatchString(s string) bool {
+	if len(s) == 0 || len(s) > m.max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case m.upper && c >= 'A' && c <= 'Z':
+		case strings.IndexByte(m.inner, c) >= 0 && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
 }
