@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/airlock-dev/airlock/sandbox/kube"
+	"github.com/airlock-dev/airlock/sandbox/kube/kubetest"
 )
 
 // No API server runs here: the pod is created against client-go's fake clientset; the
@@ -26,7 +27,7 @@ func TestKubeCreateWithFakeClient(t *testing.T) {
 	}
 	client := fake.NewClientset()
 	var out bytes.Buffer
-	if err := kubeCreateIn(context.Background(), &kube.Cluster{Client: client, Namespace: "team-a"}, "agent-1", examplePolicy, o, &out); err != nil {
+	if err := kubeCreateIn(context.Background(), &kube.Cluster{Client: kubetest.Clientset{Interface: client}, Namespace: "team-a"}, "agent-1", examplePolicy, o, &out); err != nil {
 		t.Fatalf("kubeCreateWith: %v", err)
 	}
 	pod, err := client.CoreV1().Pods("team-a").Get(context.Background(), "agent-1", metav1.GetOptions{})

@@ -3,13 +3,12 @@ package kube
 import (
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Cluster is a client for one cluster and the namespace to work in.
 type Cluster struct {
-	Client    kubernetes.Interface
+	Client    API
 	Namespace string
 }
 
@@ -31,7 +30,7 @@ func Connect(kubeconfig, kubeContext, namespace string) (*Cluster, error) {
 			namespace = "default"
 		}
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := newRESTAPI(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -43,7 +42,7 @@ var managedBy = map[string]string{"app.kubernetes.io/managed-by": "airlock"}
 // CreatePod creates a pod labelled for injection (the webhook adds the sidecar when the API
 // server admits it) and, with PolicyFile, its policy ConfigMap; it returns the pod as the API
 // server stored it. An invalid policy file creates nothing.
-func CreatePod(ctx context.Context, client kubernetes.Interface, o CreateOptions) (*corev1.Pod, error) {
+func CreatePod(ctx context.Context, client API, o CreateOptions) (*corev1.Pod, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
@@ -56,7 +55,7 @@ func CreatePod(ctx context.Context, client kubernetes.Interface, o CreateOptions
 			return nil, err
 		}
 	}
-	pod, err := client.CoreV1().Pods(o.Namespace).Create(ctx, o.pod(), metav1.CreateOptions{})
+	pod, err := client.CreatePod(ctx, o.pod())
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s/%s: %w", o.Namespace, o.Name, err)
 	}
@@ -114,16 +113,15 @@ func policyData(file string) ([]byte, error) {
 
 // applyConfigMap creates the policy ConfigMap, or sets its key when it exists (other keys
 // are kept).
-func applyConfigMap(ctx context.Context, client kubernetes.Interface, o CreateOptions, data []byte) error {
-	cms := client.CoreV1().ConfigMaps(o.Namespace)
-	cm, err := cms.Get(ctx, o.PolicyConfigMap, metav1.GetOptions{})
+func applyConfigMap(ctx context.Context, client API, o CreateOptions, data []byte) error {
+	cm, err := client.GetConfigMap(ctx, o.Namespace, o.PolicyConfigMap)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: managedBy},
 			Data:       map[string]string{o.PolicyKey: string(data)},
 		}
-		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		if _, err := client.CreateConfigMap(ctx, cm); err != nil {
 			return fmt.Errorf("create policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
 		}
 		return nil
@@ -135,7 +133,7 @@ func applyConfigMap(ctx context.Context, client kubernetes.Interface, o CreateOp
 		cm.Data = map[string]string{}
 	}
 	cm.Data[o.PolicyKey] = string(data)
-	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.UpdateConfigMap(ctx, cm); err != nil {
 		return fmt.Errorf("update policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/airlock-dev/airlock/sandbox/kube/kubetest"
 )
 
 // No API server can run in these tests (no etcd, no kube-apiserver binary here), so CreatePod
@@ -39,7 +41,7 @@ func writeFile(t *testing.T, dir, name, data string) string {
 
 func TestCreatePodWithPolicyFile(t *testing.T) {
 	ctx := context.Background()
-	client := fake.NewClientset()
+	client := kubetest.Clientset{Interface: fake.NewClientset()}
 	file := writeFile(t, t.TempDir(), "p.yaml", okPolicy)
 	pod, err := CreatePod(ctx, client, CreateOptions{Name: "agent-7", Namespace: "team-a", Image: "python:3.13", PolicyFile: file, Environment: "production"})
 	if err != nil {
@@ -86,10 +88,11 @@ func TestCreatePodWithPolicyFile(t *testing.T) {
 
 func TestCreatePodUpdatesExistingConfigMap(t *testing.T) {
 	ctx := context.Background()
-	client := fake.NewClientset(&corev1.ConfigMap{
+	cs := fake.NewClientset(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "default"},
 		Data:       map[string]string{"other.yaml": "keep me", "sb.yaml": "old"},
 	})
+	client := kubetest.Clientset{Interface: cs}
 	file := writeFile(t, t.TempDir(), "p.yaml", okPolicy)
 	pod, err := CreatePod(ctx, client, CreateOptions{Name: "sb", Image: "alpine", Command: []string{"sh", "-c", "true"}, PolicyConfigMap: "shared", PolicyKey: "sb.yaml", PolicyFile: file})
 	if err != nil {
@@ -126,7 +129,7 @@ func TestCreatePodRefuses(t *testing.T) {
 		{"bad environment", CreateOptions{Name: "a", Image: "i", Environment: "prod"}, "environment"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
+			client := kubetest.Clientset{Interface: fake.NewClientset()}
 			_, err := CreatePod(context.Background(), client, tc.o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("CreatePod: %v, want an error containing %q", err, tc.want)
@@ -141,7 +144,7 @@ func TestCreatePodRefuses(t *testing.T) {
 }
 
 func TestCreatePodAlreadyExists(t *testing.T) {
-	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dup", Namespace: "default"}})
+	client := kubetest.Clientset{Interface: fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "dup", Namespace: "default"}})}
 	_, err := CreatePod(context.Background(), client, CreateOptions{Name: "dup", Image: "i", PolicyConfigMap: "p"})
 	if err == nil || !strings.Contains(err.Error(), "create pod default/dup") {
 		t.Errorf("CreatePod over an existing pod: %v, want a create error", err)
