@@ -187,8 +187,10 @@ static __always_inline void copy6(__u8 addr[16], const __u32 w[4])
 }
 
 /* user_ip6 is read one 32-bit word at a time (volatile): the verifier rejects the 64-bit
- * loads clang would otherwise merge them into. */
-static __always_inline void user_ip6(__u8 addr[16], const struct bpf_sock_addr *ctx)
+ * loads clang would otherwise merge them into. It returns 1 when the address is IPv4-mapped
+ * (::ffff:a.b.c.d), decided on the words: a byte-by-byte test multiplied the verifier's
+ * states (connect6 took 20 ms to load). */
+static __always_inline int user_ip6(__u8 addr[16], const struct bpf_sock_addr *ctx)
 {
 	__u32 w[4];
 	w[0] = *(volatile __u32 *)&ctx->user_ip6[0];
@@ -196,6 +198,7 @@ static __always_inline void user_ip6(__u8 addr[16], const struct bpf_sock_addr *
 	w[2] = *(volatile __u32 *)&ctx->user_ip6[2];
 	w[3] = *(volatile __u32 *)&ctx->user_ip6[3];
 	copy6(addr, w);
+	return (w[0] | w[1] | (w[2] ^ bpf_htonl(0xffff))) == 0;
 }
 
 static __always_inline void emit(__u8 hook, __u8 reason, const __u8 addr[16], __u16 port,
@@ -417,25 +420,17 @@ int connect4(struct bpf_sock_addr *ctx)
 	return decide_connect(ctx, addr, HOOK_CONNECT4, 0, 0);
 }
 
-static __always_inline int is_mapped(const __u8 addr[16])
-{
-	for (int i = 0; i < 10; i++)
-		if (addr[i])
-			return 0;
-	return addr[10] == 0xff && addr[11] == 0xff;
-}
-
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx)
 {
 	if (exempt_task())
 		return VERDICT_ALLOW;
 	__u8 addr[16];
-	user_ip6(addr, ctx);
+	int mapped = user_ip6(addr, ctx);
 	/* NAT64 (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32) forms get no special
 	 * treatment: like every other address they are denied unless an allow entry or a CIDR
 	 * names them. Mapped addresses hit the IPv4 entries, stored in mapped form. */
-	return decide_connect(ctx, addr, HOOK_CONNECT6, 1, !is_mapped(addr));
+	return decide_connect(ctx, addr, HOOK_CONNECT6, 1, !mapped);
 }
 
 static __always_inline int decide_sendmsg(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook)
