@@ -93,16 +93,19 @@ struct {
 	__type(value, __u8);
 } tports SEC(".maps");
 
+/* The original destinations of redirected connections are needed only from connect until the
+ * transparent proxy accepts (milliseconds): 4096 in flight per sandbox is plenty, and LRU maps
+ * are preallocated, so a bigger one costs memory and start-up time in every sandbox. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct orig_dst);
 } orig_cookie SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 4096);
 	__type(key, struct tuple_key);
 	__type(value, struct orig_dst);
 } orig_tuple SEC(".maps");

@@ -3,6 +3,7 @@ package llmproxy
 import (
 	"bytes"
 	"regexp"
+	"sync"
 )
 
 // redactedMark replaces a secret in anything passed on or logged.
@@ -39,8 +40,10 @@ func isDelimiter(c byte) bool {
 }
 
 // credentialLike matches strings that look like credentials, removed from prompts before
-// they are logged (policy llm.logPrompts).
-var credentialLike = regexp.MustCompile(`(?i)(sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{12,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(bearer|token|password|secret|api[_-]?key)(["']?\s*[:=]\s*["']?|\s+)[A-Za-z0-9_\-./+=]{8,})`)
+// they are logged (policy llm.logPrompts); compiled on first use, not at every start.
+var credentialLike = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{12,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(bearer|token|password|secret|api[_-]?key)(["']?\s*[:=]\s*["']?|\s+)[A-Za-z0-9_\-./+=]{8,})`)
+})
 
 // maxPromptLog caps the prompt text put in an audit event.
 const maxPromptLog = 2048
@@ -52,7 +55,7 @@ func redactPrompt(s string, keys ...string) string {
 	for _, k := range keys {
 		b = redactKey(b, k)
 	}
-	b = credentialLike.ReplaceAll(b, []byte(redactedMark))
+	b = credentialLike().ReplaceAll(b, []byte(redactedMark))
 	if len(b) > maxPromptLog {
 		b = append(b[:maxPromptLog:maxPromptLog], "…"...)
 	}

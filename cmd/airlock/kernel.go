@@ -55,9 +55,6 @@ func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *aud
 		log.WithField("cgroup", where).WithField("error", line).Warn("kernel enforcement unavailable; running with the proxy and DNS filter only (production would refuse to start)")
 		return nil, nil
 	}
-	if err := ebpf.Probe(); err != nil {
-		return unavailable(err)
-	}
 	exempt := ""
 	if cfg.pod.enabled {
 		pc, err := findPodCgroup(cfg, log)
@@ -125,6 +122,12 @@ func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *aud
 		k.closeListener()
 		if errors.Is(err, ebpf.ErrInvalidConfig) {
 			return nil, failf("kernel enforcement: %v", err)
+		}
+		// The kernel's features are probed only now: the probe loads a program per
+		// feature (milliseconds at every start), and it names what is missing better
+		// than a failed load does.
+		if perr := ebpf.Probe(); perr != nil {
+			return unavailable(perr)
 		}
 		return unavailable(err)
 	}
