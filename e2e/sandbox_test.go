@@ -300,6 +300,19 @@ print(urllib.request.urlopen("https://allowed.test/transparent-py", timeout=20, 
 	if n := len(e.w.Allowed.Requests()) - before; n != 2 {
 		t.Errorf("allowed.test got %d requests, want 2", n)
 	}
+	// git with no proxy variable: the kernel sends its HTTPS to the transparent proxy.
+	gitBefore := len(e.git.Requests())
+	dst := filepath.Join(e.w.Dir, "clone-transparent-"+name)
+	r = e.exec(t, []string{"--no-env"}, name, env, nil, "git", "-c", "http.sslCAInfo="+e.w.CA.File, "clone", "--quiet", e.git.URLAt(443), dst)
+	if r.Code != 0 {
+		t.Fatalf("transparent git clone: %s", r)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, testnet.GitFile)); err != nil || string(got) != testnet.GitFileContent {
+		t.Errorf("transparent git clone: file %q, %v", got, err)
+	}
+	if len(e.git.Requests()) == gitBefore {
+		t.Error("transparent git clone: the git server saw no request")
+	}
 	// A denied name does not resolve; its address, given by hand, gets nowhere.
 	r = e.exec(t, []string{"--no-env"}, name, env, nil, "curl", "--silent", "--max-time", "20", "--cacert", e.w.CA.File, "https://denied.test/")
 	if r.Code != curlResolveFailed {
