@@ -46,13 +46,8 @@ func envName(flagName string) string {
 func (fs *flagSet) parse(args []string, stdout io.Writer, fromEnv bool) ([]string, error) {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(stdout)
-				fs.Usage()
-				return nil, errHelp
-			}
-			return nil, errUsage
+		if err := fs.parseOnce(args, stdout); err != nil {
+			return nil, err
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -71,6 +66,27 @@ func (fs *flagSet) parse(args []string, stdout io.Writer, fromEnv bool) ([]strin
 		}
 	}
 	return positional, nil
+}
+
+// parseOnce is flag.FlagSet.Parse with the usage printed once: to stdout for --help, to
+// stderr after the error line for a bad flag. (The flag package would print it itself, to
+// the set's output, before parse could say where it belongs.)
+func (fs *flagSet) parseOnce(args []string, stdout io.Writer) error {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return errHelp
+	default:
+		fs.Usage()
+		return errUsage
+	}
 }
 
 // applyEnv sets every flag that was not given explicitly from its environment variable.

@@ -253,14 +253,8 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
 	// Flags stop at NAME: everything after it is the command.
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return errHelp
-		}
-		return errUsage
+	if err := fs.parseOnce(args, stdout); err != nil {
+		return err
 	}
 	if err := fs.applyEnv(); err != nil {
 		return err
