@@ -154,7 +154,12 @@ func (e *sbEnv) run(t *testing.T, stdin io.Reader, env []string, args ...string)
 	case errors.As(err, &ee) && ee.Exited():
 		r.Code = ee.ExitCode()
 	case errors.As(err, &ee):
+		// Killed by a signal: report it as a shell would ($? = 128+N). `sandbox exec`
+		// becomes the command itself, so its death by a signal is the command's.
 		r.Code = -1
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Code = 128 + int(ws.Signal())
+		}
 	default:
 		t.Fatalf("run airlock %v: %v", args, err)
 	}

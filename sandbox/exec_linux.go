@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -49,23 +50,74 @@ type enterSpec struct {
 // filesystems read-only, and every capability dropped (no_new_privs). The caller sets Stdin,
 // Stdout and Stderr and calls Start (which must be StartCommand) and Wait.
 func (m *Manager) Command(name string, argv []string, o ExecOptions) (*exec.Cmd, *State, error) {
-	if len(argv) == 0 {
-		return nil, nil, errors.New("no command to run")
-	}
-	st, err := m.Store.Load(name)
+	spec, env, st, err := m.prepareExec(name, argv, o)
 	if err != nil {
 		return nil, nil, err
-	}
-	if st.Phase != PhaseReady {
-		return nil, nil, fmt.Errorf("sandbox %s is %s, not ready (reap or delete it)", name, st.Phase)
-	}
-	spec := enterSpec{
-		Sandbox: st.Name, ResolvConf: st.ResolvConf(), PublicDir: st.PublicDir(), StateRoot: m.Store.StateRoot,
-		UID: o.UID, GID: o.GID, Argv: argv,
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return nil, nil, err
+	}
+	cmd := exec.Command(m.Binary, "sandbox", "enter")
+	cmd.Env = append(env, enterEnv+"="+string(data))
+	return cmd, st, nil
+}
+
+// ExecInPlace replaces this process with argv inside sandbox name, confined as Command's
+// commands are: on this thread it enters the sandbox's network namespace and a new mount
+// namespace, moves the process into the sandbox's cgroup, fixes up the mounts, drops every
+// privilege and execs. It saves the helper process Command starts (one Go start-up, about a
+// third of `sandbox exec`), for callers with nothing left to do once the command runs. It
+// returns only on failure, and then the process may already be in the sandbox's namespaces:
+// the caller should only report and exit.
+func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
+	spec, env, st, err := m.prepareExec(name, argv, o)
+	if err != nil {
+		return err
+	}
+	nsPath := filepath.Join(NetnsDir, st.Netns)
+	nsfd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
+	}
+	procs, err := os.OpenFile(filepath.Join(st.Cgroup, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open cgroup %s: %w", st.Cgroup, err)
+	}
+	// This thread becomes the command; it is never handed back to the Go scheduler.
+	runtime.LockOSThread()
+	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter network namespace %s: %w", st.Netns, err)
+	}
+	unix.Close(nsfd)
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if _, err := procs.WriteString(strconv.Itoa(os.Getpid())); err != nil {
+		return fmt.Errorf("enter cgroup %s: %w", st.Cgroup, err)
+	}
+	procs.Close()
+	return enter(spec, env)
+}
+
+// prepareExec checks the sandbox and builds the enter spec and the command's environment.
+func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (enterSpec, []string, *State, error) {
+	if len(argv) == 0 {
+		return enterSpec{}, nil, nil, errors.New("no command to run")
+	}
+	st, err := m.Store.Load(name)
+	if err != nil {
+		return enterSpec{}, nil, nil, err
+	}
+	if st.Phase != PhaseReady {
+		return enterSpec{}, nil, nil, fmt.Errorf("sandbox %s is %s, not ready (reap or delete it)", name, st.Phase)
+	}
+	spec := enterSpec{
+		Sandbox: st.Name, ResolvConf: st.ResolvConf(), PublicDir: st.PublicDir(), StateRoot: m.Store.StateRoot,
+		UID: o.UID, GID: o.GID, Argv: argv,
 	}
 	env := slices.DeleteFunc(slices.Clone(o.Env), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
@@ -74,9 +126,7 @@ func (m *Manager) Command(name string, argv []string, o ExecOptions) (*exec.Cmd,
 	if !o.NoEnv {
 		env = mergeEnv(env, st.EnvVars())
 	}
-	cmd := exec.Command(m.Binary, "sandbox", "enter")
-	cmd.Env = append(env, enterEnv+"="+string(data))
-	return cmd, st, nil
+	return spec, env, st, nil
 }
 
 // mergeEnv sets every KEY=VALUE of add in env, replacing an earlier value.
@@ -154,7 +204,13 @@ func Enter() error {
 	// Capabilities, the bounding set and no_new_privs are per thread: do everything, exec
 	// included, on this one.
 	runtime.LockOSThread()
+	return enter(spec, os.Environ())
+}
 
+// enter finishes entering on this (locked) thread, already in the sandbox's network namespace,
+// cgroup and a mount namespace of its own: resolv.conf, the hidden state directory, read-only
+// cgroup and bpf filesystems, privileges dropped; then it execs the command with env.
+func enter(spec enterSpec, env []string) error {
 	if err := unix.Mount(spec.ResolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("point /etc/resolv.conf at the DNS filter: %w", err)
 	}
@@ -169,12 +225,38 @@ func Enter() error {
 	if err := dropPrivileges(spec.UID, spec.GID); err != nil {
 		return err
 	}
-	path, err := exec.LookPath(spec.Argv[0])
+	path, err := lookPath(spec.Argv[0], env)
 	if err != nil {
 		return &ExecError{Code: 127, Err: err}
 	}
-	err = syscall.Exec(path, spec.Argv, os.Environ())
+	err = syscall.Exec(path, spec.Argv, env)
 	return &ExecError{Code: 126, Err: fmt.Errorf("exec %s: %w", path, err)}
+}
+
+// lookPath finds file in the PATH of env (the command's), as a shell would.
+func lookPath(file string, env []string) (string, error) {
+	if strings.Contains(file, "/") {
+		if _, err := os.Stat(file); err != nil {
+			return "", fmt.Errorf("%s: %w", file, err)
+		}
+		return file, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found in PATH", file)
 }
 
 // ExecError is a failure to start the command itself, with the shell's exit code for it.

@@ -308,7 +308,18 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	code, err := runInSandbox(m, name, argv, sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ()})
+	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ()}
+	if !*ephemeral {
+		// Nothing is left to do once the command runs: become it (no helper process, and
+		// the command's exit status and signals are its own).
+		err := m.ExecInPlace(name, argv, o)
+		var ee *sandbox.ExecError
+		if errors.As(err, &ee) {
+			return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
+		}
+		return failf("sandbox exec %s: %v", name, err)
+	}
+	code, err := runInSandbox(m, name, argv, o)
 	if err != nil {
 		return failf("sandbox exec %s: %v", name, err)
 	}
