@@ -239,7 +239,8 @@ Run CMD inside sandbox NAME: in its network namespace, started directly in its c
 environment. The airlock state directory is hidden from CMD except for the sandbox's public
 files (env file, CA bundle), the cgroup and bpf filesystems are read-only, and CMD runs with
 every capability dropped and no_new_privs set, even as root. stdin, stdout, stderr and the
-terminal are CMD's; the exit status is CMD's (128+N when killed by signal N).
+terminal are CMD's, and so is the exit status: this process becomes CMD. (With --ephemeral it
+waits for CMD instead, and reports a death by signal N as 128+N.)
 
 --no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
