@@ -112,7 +112,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 	if err != nil {
 		return nil, err
 	}
-	policyFile, pol, err := m.loadPolicy(o)
+	policyFile, profileDoc, pol, err := m.loadPolicy(o)
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +193,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 	if err := os.MkdirAll(st.sidecarStateDir(), 0o700); err != nil {
 		return st, fmt.Errorf("create %s: %w", st.Dir, err)
 	}
+	if profileDoc != nil {
+		if err := writeFileAtomic(policyFile, profileDoc, 0o600); err != nil {
+			return st, err
+		}
+	}
 
 	if err := createNetns(st.Netns); err != nil {
 		return st, fmt.Errorf("step netns: %w", err)
@@ -270,37 +275,31 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (st *State, err e
 }
 
 // loadPolicy checks the policy (or writes the profile's) and returns its absolute path.
-func (m *Manager) loadPolicy(o CreateOptions) (string, *policy.Policy, error) {
+func (m *Manager) loadPolicy(o CreateOptions) (file string, profileDoc []byte, pol *policy.Policy, err error) {
 	switch {
 	case o.PolicyFile != "" && o.Profile != "":
-		return "", nil, errors.New("give --policy or --profile, not both (a policy can extend a profile)")
+		return "", nil, nil, errors.New("give --policy or --profile, not both (a policy can extend a profile)")
 	case o.PolicyFile == "" && o.Profile == "":
-		return "", nil, errors.New("--policy FILE or --profile NAME is required")
+		return "", nil, nil, errors.New("--policy FILE or --profile NAME is required")
 	case o.Profile != "":
 		if !contains(policy.BuiltinNames(), o.Profile) {
-			return "", nil, fmt.Errorf("--profile %q: built-in profiles are %s", o.Profile, strings.Join(policy.BuiltinNames(), ", "))
+			return "", nil, nil, fmt.Errorf("--profile %q: built-in profiles are %s", o.Profile, strings.Join(policy.BuiltinNames(), ", "))
 		}
-		dir := m.Store.SandboxDir(o.Name)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return "", nil, fmt.Errorf("create %s: %w", dir, err)
-		}
-		file := filepath.Join(dir, "policy.yaml")
-		doc := fmt.Sprintf("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata:\n  name: %s-%s\nspec:\n  extends: [%s]\n", o.Name, o.Profile, o.Profile)
-		if err := writeFileAtomic(file, []byte(doc), 0o600); err != nil {
-			return "", nil, err
-		}
-		pol, err := policy.Load(file)
-		return file, pol, err
+		// Written into the sandbox's directory once the name is known to be free.
+		file := filepath.Join(m.Store.SandboxDir(o.Name), "policy.yaml")
+		doc := []byte(fmt.Sprintf("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata:\n  name: %s-%s\nspec:\n  extends: [%s]\n", o.Name, o.Profile, o.Profile))
+		pol, err := policy.Parse(file, doc)
+		return file, doc, pol, err
 	}
 	abs, err := filepath.Abs(o.PolicyFile)
 	if err != nil {
-		return "", nil, fmt.Errorf("policy %s: %w", o.PolicyFile, err)
+		return "", nil, nil, fmt.Errorf("policy %s: %w", o.PolicyFile, err)
 	}
-	pol, err := policy.Load(abs)
+	pol, err = policy.Load(abs)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return abs, pol, nil
+	return abs, nil, pol, nil
 }
 
 // rawRoutes are the IPv4 CIDRs of protocol tcp rules: the sandbox routes them to the host end

@@ -42,7 +42,10 @@ var ErrSidecarNeverReady = errors.New("the sidecar exited before it was ready")
 // The sidecars the supervisor starts get SIGTERM if the supervisor dies (Pdeathsig); the
 // kernel programs stay pinned and attached either way, so the sandbox stays closed while no
 // sidecar runs.
-func Supervise(ctx context.Context, st *State, adopt int, logOut *os.File) error {
+//
+// wanted is asked before every restart; when it says the sandbox is gone or being deleted
+// (its state file removed, say, by a reap after a crashed create), the supervisor exits.
+func Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, logOut *os.File) error {
 	logger := logrus.New()
 	logger.SetOutput(logOut)
 	logger.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
@@ -121,6 +124,10 @@ func Supervise(ctx context.Context, st *State, adopt int, logOut *os.File) error
 		if !everReady {
 			log.WithError(err).Error("sidecar exited before it was ready; not restarting")
 			return ErrSidecarNeverReady
+		}
+		if wanted != nil && !wanted() {
+			log.WithError(err).Info("sidecar exited and the sandbox is gone or being deleted; supervisor exits")
+			return nil
 		}
 		if time.Since(began) > healthyRun {
 			backoff = minBackoff

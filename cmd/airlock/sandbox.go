@@ -614,7 +614,11 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	signal.Ignore(syscall.SIGHUP)
-	if err := sandbox.Supervise(ctx, st, *adopt, os.Stderr); err != nil {
+	wanted := func() bool {
+		cur, err := store.Load(st.Name)
+		return err == nil && cur.Phase != sandbox.PhaseDeleting
+	}
+	if err := sandbox.Supervise(ctx, st, *adopt, wanted, os.Stderr); err != nil {
 		return failf("supervise %s: %v", st.Name, err)
 	}
 	return nil
