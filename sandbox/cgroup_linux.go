@@ -219,18 +219,3 @@ func rmdirTree(path string) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-// cgroupProcs lists the pids directly in the cgroup.
-func cgroupProcs(path string) ([]int, error) {
-	data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}

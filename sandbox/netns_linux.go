@@ -193,17 +193,6 @@ func deleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error 
 	return nil
 }
 
-// hostVethExists reports whether the host end still exists (nil handle: unknown, false).
-func hostVethExists(hostVeth string, hostNetns uint64, supervisorPid int) bool {
-	h, err := hostHandle(hostNetns, supervisorPid)
-	if err != nil || h == nil {
-		return false
-	}
-	defer h.Close()
-	_, err = h.LinkByName(hostVeth)
-	return err == nil
-}
-
 // hostHandle opens netlink in the host namespace; nil when it is not reachable from here.
 func hostHandle(hostNetns uint64, supervisorPid int) (*netlink.Handle, error) {
 	cur, err := currentNetnsInode()
