@@ -133,39 +133,16 @@ func cgroupNSRootID() (uint64, error) {
 // nsRootMount finds a cgroup2 mount whose root is the process's cgroup namespace root:
 // mountinfo shows a cgroup2 mount's root relative to the reader's namespace, "/" for it.
 func nsRootMount() (string, bool) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := Mounts("cgroup2")
 	if err != nil {
 		return "", false
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		if f := strings.Fields(post); len(f) == 0 || f[0] != "cgroup2" {
-			continue
-		}
-		if f := strings.Fields(pre); len(f) >= 5 && f[3] == "/" {
-			return unescapeMountinfo(f[4]), true
+	for _, m := range mounts {
+		if m.Root == "/" {
+			return m.Point, true
 		}
 	}
 	return "", false
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // findCgroupByID searches root's cgroup directories, breadth first and bounded, for the one

@@ -3,8 +3,6 @@ package ebpf
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -83,22 +81,12 @@ func Cgroup2Root() (string, error) {
 
 // mountinfoCgroup2 finds a cgroup2 mount in /proc/self/mountinfo.
 func mountinfoCgroup2() (string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := Mounts("cgroup2")
 	if err != nil {
-		return "", fmt.Errorf("read mountinfo: %w", err)
+		return "", err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// "36 35 98:0 / /mnt rw,noatime master:1 - cgroup2 cgroup2 rw"
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		if fs := strings.Fields(post); len(fs) == 0 || fs[0] != "cgroup2" {
-			continue
-		}
-		if f := strings.Fields(pre); len(f) >= 5 {
-			return f[4], nil
-		}
+	if len(mounts) == 0 {
+		return "", fmt.Errorf("no cgroup v2 hierarchy is mounted: %w", ErrNotSupported)
 	}
-	return "", fmt.Errorf("no cgroup v2 hierarchy is mounted: %w", ErrNotSupported)
+	return mounts[0].Point, nil
 }

@@ -120,3 +120,9 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestUnescapeMountinfo(t *testing.T) {
+	if got := unescapeMountinfo(`/mnt/with\040space\134x`); got != `/mnt/with space\x` {
+		t.Errorf("unescapeMountinfo = %q", got)
+	}
+}

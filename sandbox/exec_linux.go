@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/ebpf"
 )
 
 // enterEnv carries the enter spec from `sandbox exec` to the `sandbox enter` helper it starts.
@@ -295,48 +296,17 @@ func hideState(root, public string) error {
 	return nil
 }
 
-// mountsOfType lists the mount points of the given filesystem types (/proc/self/mountinfo).
+// mountsOfType lists the mount points of the given filesystem types.
 func mountsOfType(types ...string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := ebpf.Mounts(types...)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 1 || !slices.Contains(types, qf[0]) {
-			continue
-		}
-		out = append(out, unescapeMount(pf[4]))
+	out := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, m.Point)
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // readOnly re-mounts p read-only in this mount namespace (a read-only bind of itself).

@@ -277,9 +277,3 @@ spec:
 		t.Errorf("rawRoutes = %v, want only the IPv4 CIDR of the protocol tcp rule", got)
 	}
 }
-
-func TestParseMountinfoEscapes(t *testing.T) {
-	if got := unescapeMount(`/mnt/with\040space`); got != "/mnt/with space" {
-		t.Errorf("unescapeMount = %q", got)
-	}
-}

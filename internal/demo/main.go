@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock-dev/airlock/ebpf"
 )
 
 // The demo's secrets: held by the sidecar (create's environment), never by the sandbox.
@@ -103,7 +105,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
-	root, err := cgroup2Root()
+	root, err := ebpf.Cgroup2Root()
 	if err != nil {
 		return err
 	}

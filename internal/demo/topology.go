@@ -140,24 +140,3 @@ func listenPacket(ns, network, addr string) (net.PacketConn, error) {
 	})
 	return pc, err
 }
-
-// cgroup2Root is where the cgroup v2 hierarchy is mounted.
-func cgroup2Root() (string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		if f := strings.Fields(post); len(f) == 0 || f[0] != "cgroup2" {
-			continue
-		}
-		if f := strings.Fields(pre); len(f) >= 5 {
-			return f[4], nil
-		}
-	}
-	return "", errors.New("no cgroup2 hierarchy mounted")
-}
