@@ -18,6 +18,9 @@ func (o *Options) containerOps(pod *corev1.Pod) []PatchOp {
 		if mounts, changed := withCAMount(c.VolumeMounts); changed {
 			ops = append(ops, add(pointer("spec", field, index(i), "volumeMounts"), mounts))
 		}
+		if op, ok := dropNetRaw(pointer("spec", field, index(i)), c.SecurityContext); ok {
+			ops = append(ops, op)
+		}
 	}
 	for i, c := range pod.Spec.InitContainers {
 		if c.Name != SidecarName {
@@ -103,4 +106,25 @@ func dnsOps(pod *corev1.Pod, namespace, clusterDomain string) []PatchOp {
 		cfg.Options = append(cfg.Options, corev1.PodDNSConfigOption{Name: "ndots", Value: &five})
 	}
 	return []PatchOp{add("/spec/dnsPolicy", corev1.DNSNone), add("/spec/dnsConfig", cfg)}
+}
+
+// dropNetRaw returns the operation that drops CAP_NET_RAW from a container (at path), unless
+// it already drops it (or ALL). Without it a container could open packet sockets, which the
+// kernel programs do not see without the BPF LSM; with it the sidecar can run with
+// --packet-guard best-effort on nodes where the BPF LSM is off (most of them).
+func dropNetRaw(path string, sc *corev1.SecurityContext) (PatchOp, bool) {
+	drop := []corev1.Capability{"NET_RAW"}
+	switch {
+	case sc == nil:
+		return add(path+"/securityContext", corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: drop}}), true
+	case sc.Capabilities == nil:
+		return add(path+"/securityContext/capabilities", corev1.Capabilities{Drop: drop}), true
+	}
+	for _, c := range sc.Capabilities.Drop {
+		switch c {
+		case "NET_RAW", "CAP_NET_RAW", "ALL":
+			return PatchOp{}, false
+		}
+	}
+	return add(path+"/securityContext/capabilities/drop", append(slices.Clone(sc.Capabilities.Drop), drop...)), true
 }

@@ -129,8 +129,10 @@ func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error
 }
 
 // dangerousCaps are capabilities that would let an app container detach or bypass the
-// sidecar's kernel enforcement (or reconfigure the pod's network namespace).
-var dangerousCaps = []corev1.Capability{"ALL", "SYS_ADMIN", "NET_ADMIN", "BPF"}
+// sidecar's kernel enforcement (or reconfigure the pod's network namespace). NET_RAW is among
+// them: packet sockets go past the cgroup programs where the BPF LSM is off, so the webhook
+// drops it from every app container and refuses one that adds it back.
+var dangerousCaps = []corev1.Capability{"ALL", "SYS_ADMIN", "NET_ADMIN", "BPF", "NET_RAW"}
 
 // checkPod refuses pods in which the sidecar cannot confine the app containers, or whose
 // containers reach for the sidecar's private volumes.

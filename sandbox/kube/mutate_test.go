@@ -251,6 +251,9 @@ func TestRefused(t *testing.T) {
 		{"NET_ADMIN", "adds capability NET_ADMIN", func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}}
 		}},
+		{"NET_RAW", "adds capability NET_RAW", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}}
+		}},
 		{"mounts sidecar state", "only the airlock sidecar may mount", func(p *corev1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: volumeState, MountPath: "/steal"}}
 		}},
@@ -325,5 +328,45 @@ func TestOptionsValidate(t *testing.T) {
 				t.Errorf("Validate: %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestDropsNetRaw checks that every app container ends up without CAP_NET_RAW whatever its
+// security context held (none, no capabilities, other drops, ALL), that nothing else in it
+// changes, and that the sidecar then runs with --packet-guard best-effort.
+func TestDropsNetRaw(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	pod := basePod()
+	user := int64(1000)
+	pod.Spec.Containers = append(pod.Spec.Containers,
+		corev1.Container{Name: "no-caps", Image: "i", SecurityContext: &corev1.SecurityContext{RunAsUser: &user}},
+		corev1.Container{Name: "drops-some", Image: "i", SecurityContext: &corev1.SecurityContext{
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"CHOWN"}}}},
+		corev1.Container{Name: "drops-all", Image: "i", SecurityContext: &corev1.SecurityContext{
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}},
+	)
+	got := applyPatch(t, pod, admit(t, h, pod, "team-a"))
+	for _, c := range got.Spec.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.Capabilities == nil ||
+			!(slices.Contains(sc.Capabilities.Drop, "NET_RAW") || slices.Contains(sc.Capabilities.Drop, "ALL")) {
+			t.Errorf("container %s: securityContext %+v does not drop NET_RAW", c.Name, sc)
+		}
+	}
+	byName := map[string]corev1.Container{}
+	for _, c := range got.Spec.Containers {
+		byName[c.Name] = c
+	}
+	if sc := byName["no-caps"].SecurityContext; sc.RunAsUser == nil || *sc.RunAsUser != 1000 {
+		t.Errorf("no-caps lost its runAsUser: %+v", sc)
+	}
+	if d := byName["drops-some"].SecurityContext.Capabilities.Drop; !slices.Equal(d, []corev1.Capability{"CHOWN", "NET_RAW"}) {
+		t.Errorf("drops-some drops %v, want [CHOWN NET_RAW]", d)
+	}
+	if d := byName["drops-all"].SecurityContext.Capabilities.Drop; !slices.Equal(d, []corev1.Capability{"ALL"}) {
+		t.Errorf("drops-all drops %v, want [ALL] untouched", d)
+	}
+	if v, ok := argValue(got.Spec.InitContainers[0].Args, "--packet-guard"); !ok || v != "best-effort" {
+		t.Errorf("sidecar --packet-guard = %q, %v; want best-effort (app containers have no NET_RAW)", v, ok)
 	}
 }

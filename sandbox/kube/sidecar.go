@@ -33,6 +33,9 @@ func (o *Options) sidecarArgs(environment, policyKey string) []string {
 		"--pod-cgroup",
 		"--cgroup-root", cgroupRootPath,
 		"--ca-bundle-out", CABundle,
+		// Every app container runs without CAP_NET_RAW (dropNetRaw), so packet sockets are
+		// out of its reach even where the BPF LSM cannot refuse them.
+		"--packet-guard", "best-effort",
 	}
 }
 
