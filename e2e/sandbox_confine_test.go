@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -52,6 +53,17 @@ func TestSandboxConfinement(t *testing.T) {
 	r = e.exec(t, []string{"--user", "65534:65534"}, name, nil, nil, "sh", "-c", "id -u; id -g")
 	if r.Code != 0 || r.Stdout != "65534\n65534\n" {
 		t.Errorf("exec --user 65534:65534: %s", r)
+	}
+	// A terminal passes through: under script(1), which gives airlock a pseudo-terminal, the
+	// command's stdin is that terminal.
+	ctx, cancel := context.WithTimeout(context.Background(), sbCommandTimeout)
+	defer cancel()
+	line := strings.Join([]string{e.bin, "sandbox", "exec", "--state-dir", e.stateDir, name, "--", "sh", "-c", "'test -t 0 && tty'"}, " ")
+	cmd := e.command(ctx, nil)
+	cmd.Args = []string{"nsenter", "--net=/run/netns/" + e.w.Sidecar.Name, "--", "script", "-qec", line, "/dev/null"}
+	tty, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(tty), "/dev/pts/") {
+		t.Errorf("exec under a terminal: %v, output %q: want the command's stdin to be a /dev/pts terminal", err, tty)
 	}
 	// A command that does not exist: 127 and a message, like a shell.
 	r = e.exec(t, nil, name, nil, nil, "/nonexistent/program")

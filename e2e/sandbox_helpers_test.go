@@ -72,7 +72,7 @@ type sbEnv struct {
 
 func newSandboxEnv(t *testing.T) *sbEnv {
 	t.Helper()
-	privtest.Require(t, "curl", "git", "python3", "nsenter", "dig")
+	privtest.Require(t, "curl", "git", "python3", "nsenter", "dig", "script")
 	if err := ebpf.Probe(); err != nil {
 		t.Fatalf("kernel lacks what the enforcement needs: %v", err)
 	}
