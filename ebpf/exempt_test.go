@@ -281,3 +281,17 @@ func TestCheckNodePinRoot(t *testing.T) {
 		t.Errorf("off bpffs: got %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestBPFLSMActiveReadsSecurityfs checks that the active LSMs can be read whether or not
+// securityfs is mounted (a detached instance otherwise), and that the guard probe gives an
+// answer consistent with it: a kernel without the BPF LSM cannot load the guard.
+func TestBPFLSMActiveReadsSecurityfs(t *testing.T) {
+	privtest.Require(t)
+	active, err := BPFLSMActive()
+	if err != nil {
+		t.Fatalf("BPFLSMActive: %v", err)
+	}
+	if perr := ProbePacketGuard(); !active && perr == nil {
+		t.Errorf("the packet guard loaded although the BPF LSM is not active")
+	}
+}

@@ -88,11 +88,19 @@ func (m *Manager) Doctor(ctx context.Context, o DoctorOptions) []Check {
 	} else {
 		add("kernel BPF features", Pass, "cgroup sock_addr, sock, skb and sockops programs; ring buffer, socket storage", "")
 	}
-	if lsm, err := os.ReadFile("/sys/kernel/security/lsm"); err == nil && strings.Contains(string(lsm), "bpf") {
-		add("BPF LSM", Pass, "active: packet sockets are refused in the kernel", "")
-	} else {
-		add("BPF LSM", Warn, "not active: packet sockets rely on sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
+	switch active, lerr := ebpf.BPFLSMActive(); {
+	case ebpf.ProbePacketGuard() == nil:
+		add("packet socket guard", Pass, "the BPF LSM program loads: packet sockets are refused in the kernel", "")
+	case lerr == nil && !active:
+		add("packet socket guard", Warn, "the BPF LSM is not active: packet sockets are kept out by sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
 			"boot with lsm=...,bpf to refuse packet sockets in the kernel as well")
+	default:
+		detail := "the kernel refuses the BPF LSM program"
+		if lerr == nil {
+			detail += " although the BPF LSM is active (kernel lockdown or a vendor restriction?)"
+		}
+		add("packet socket guard", Warn, detail+": packet sockets are kept out by sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
+			"production sandboxes work as they are; to refuse packet sockets in the kernel too, use a kernel that loads lsm_cgroup programs")
 	}
 
 	if err := probeNetns(); err != nil {
