@@ -87,10 +87,10 @@ func (e *Enforcer) loadPrograms(spec *ebpf.CollectionSpec) error {
 	}
 	if err := spec.LoadAndAssign(&guard, opts); err != nil {
 		if e.cfg.RequireAll {
-			return fmt.Errorf("load packet socket guard (needs the BPF LSM active, lsm=...,bpf): %w", notSupported(err))
+			return fmt.Errorf("load packet socket guard (needs the BPF LSM active, lsm=...,bpf, and a kernel that allows LSM programs): %w", notSupported(err))
 		}
 		e.guardErr = err
-		e.log.WithError(err).Warn("packet sockets are not blocked in the sandbox: the BPF LSM is not active (boot with lsm=...,bpf); keep CAP_NET_RAW out of the sandbox")
+		e.log.WithError(err).Warn("packet sockets are not blocked in the sandbox: the kernel refused the BPF LSM guard (the BPF LSM is inactive, or LSM programs are not allowed; `airlock sandbox doctor` says which); keep CAP_NET_RAW out of the sandbox")
 		return nil
 	}
 	e.objs.PacketGuard = guard.P
