@@ -89,7 +89,7 @@ func (s *State) writePublic(caPEM, base []byte) error {
 	if err := writeFileReplace(s.EnvFile(), []byte(env), 0o644); err != nil {
 		return err
 	}
-	resolv := []byte("# airlock sandbox " + s.Name + ": the sidecar's DNS filter\nnameserver " + s.HostAddr + "\noptions edns0 trust-ad\n")
+	resolv := []byte("# airlock sandbox " + s.Name + ": the sidecar's DNS filter\nnameserver " + s.HostAddr + "\noptions edns0\n")
 	if err := writeFileReplace(s.ResolvConf(), resolv, 0o644); err != nil {
 		return err
 	}
