@@ -234,30 +234,15 @@ func enter(spec enterSpec, env []string) error {
 	return &ExecError{Code: 126, Err: fmt.Errorf("exec %s: %w", path, err)}
 }
 
-// lookPath finds file in the PATH of env (the command's), as a shell would.
+// lookPath finds file in the PATH of env (the command's, which may differ from this process's):
+// exec.LookPath against that PATH. This process execs right after, so setting it is harmless.
 func lookPath(file string, env []string) (string, error) {
-	if strings.Contains(file, "/") {
-		if _, err := os.Stat(file); err != nil {
-			return "", fmt.Errorf("%s: %w", file, err)
-		}
-		return file, nil
-	}
-	path := ""
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
+			os.Setenv("PATH", v)
 		}
 	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: command not found in PATH", file)
+	return exec.LookPath(file)
 }
 
 // ExecError is a failure to start the command itself, with the shell's exit code for it.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -130,51 +131,32 @@ func status(ctx context.Context, st *State, timeout time.Duration) Status {
 	return s
 }
 
-func parseMetrics(r io.Reader) (map[string]*dtoFamily, error) {
+func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, fmt.Errorf("parse metrics: %w", err)
 	}
-	out := make(map[string]*dtoFamily, len(fams))
-	for name, f := range fams {
-		df := &dtoFamily{}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
-			df.samples = append(df.samples, sample{labels: labels, value: v})
-		}
-		out[name] = df
-	}
-	return out, nil
+	return fams, nil
 }
 
-// dtoFamily is a parsed metric family: its samples with their labels.
-type dtoFamily struct{ samples []sample }
-
-type sample struct {
-	labels map[string]string
-	value  float64
-}
-
-// sum adds the samples of the family whose labels include match.
-func sum(fams map[string]*dtoFamily, name string, match map[string]string) float64 {
-	f, ok := fams[name]
-	if !ok {
-		return 0
-	}
+// sum adds the samples (counters, gauges, untyped) of the family whose labels include match.
+func sum(fams map[string]*dto.MetricFamily, name string, match map[string]string) float64 {
 	var total float64
 next:
-	for _, s := range f.samples {
+	for _, m := range fams[name].GetMetric() {
 		for k, v := range match {
-			if s.labels[k] != v {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
 				continue next
 			}
 		}
-		total += s.value
+		total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
 	}
 	return total
 }

@@ -290,26 +290,8 @@ func StartSandboxProbe(t testing.TB, cg *Cgroup, ns *Netns) *SandboxProbe {
 		t.Fatal(err)
 	}
 	cmd := cg.Command(context.Background(), ns, self)
-	cmd.Env = []string{EnvProbe + "=1", "PATH=" + os.Getenv("PATH")}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start sandbox probe: %v", err)
-	}
-	p := &SandboxProbe{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(func() {
-		in.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return p
+	cmd.Env = []string{ProbeEnv, "PATH=" + os.Getenv("PATH")}
+	return StartProbeCommand(t, cmd)
 }
 
 // Pid is the probe's process id.
