@@ -527,13 +527,11 @@ the sandboxes' cgroup parent that no state file names. Run it from cron or a sys
 	return nil
 }
 
-// flagGiven reports whether the flag was set on the command line or from its variable.
+// flagGiven reports whether the flag was set on the command line or from its variable
+// (applyEnv sets flags through fs.Set, so both count as visited).
 func flagGiven(fs *flagSet, name string) bool {
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	if _, ok := os.LookupEnv(envName(name)); ok {
-		given = true
-	}
 	return given
 }
 
