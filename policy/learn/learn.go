@@ -1,0 +1,301 @@
+package learn
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// ErrNothingLearned is returned by Learn with a parent when no traffic the parent allows was
+// seen: a child without egress rules inherits every rule of its parents, which is wider than
+// anything recorded, so no candidate is written.
+var ErrNothingLearned = errors.New("no recorded traffic the parent allows")
+
+// Options configures Learn. The zero value learns a standalone policy named "learned".
+type Options struct {
+	// Name is the candidate's metadata.name. Empty means "learned".
+	Name string
+	// Parent, when set, is the policy the candidate extends (and so only narrows): requests
+	// it denies are listed in comments, never made rules. Nil means no extends.
+	Parent *policy.Policy
+	// ParentRef is how the candidate names Parent in spec.extends: a built-in profile name,
+	// or a file path relative to the candidate's own file ("./base.yaml"). Required with
+	// Parent.
+	ParentRef string
+	// Filename is where the candidate will be written; Learn loads the candidate under this
+	// name to check it (a file parent is resolved from its directory). Empty means
+	// "learned.yaml" in the working directory.
+	Filename string
+	// Sources names the audit logs read, for the candidate's header comment. Empty is fine.
+	Sources []string
+}
+
+// stats counts the events behind something, and when they were seen.
+type stats struct {
+	count       int
+	first, last time.Time
+}
+
+func (s *stats) add(at time.Time) {
+	s.count++
+	if !at.IsZero() && (s.first.IsZero() || at.Before(s.first)) {
+		s.first = at
+	}
+	if at.After(s.last) {
+		s.last = at
+	}
+}
+
+func (s *stats) merge(o stats) {
+	s.count += o.count
+	if !o.first.IsZero() && (s.first.IsZero() || o.first.Before(s.first)) {
+		s.first = o.first
+	}
+	if o.last.After(s.last) {
+		s.last = o.last
+	}
+}
+
+// String says "3 events, first 2026-11-23T20:00:00Z, last 2026-11-23T20:05:00Z".
+func (s stats) String() string {
+	noun := "events"
+	if s.count == 1 {
+		noun = "event"
+	}
+	switch {
+	case s.first.IsZero():
+		return fmt.Sprintf("%d %s", s.count, noun)
+	case s.first.Equal(s.last):
+		return fmt.Sprintf("%d %s, at %s", s.count, noun, s.first.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%d %s, first %s, last %s", s.count, noun,
+		s.first.UTC().Format(time.RFC3339), s.last.UTC().Format(time.RFC3339))
+}
+
+// hostTraffic is what was seen of one destination host.
+type hostTraffic struct {
+	host        policy.Host
+	all         stats
+	ports       map[int]bool
+	passthrough int                          // tunnels whose requests were not seen
+	tunnels     int                          // connect events
+	requests    map[string]map[string]*stats // method → normalised path → stats
+	parentRule  string                       // the parent rule that allowed the connection, if any
+}
+
+// note is one line of a comment section: a destination (and maybe a request) and why.
+type note struct {
+	key   string // what was seen, e.g. "metadata.test:8080" or "POST evil.test:443 /x"
+	why   string
+	stats stats
+}
+
+// learner accumulates the trail.
+type learner struct {
+	opt       Options
+	hosts     map[string]*hostTraffic
+	leftOut   map[string]*note
+	parentNo  map[string]*note
+	dnsOnly   map[string]*stats
+	ignored   map[audit.Kind]int
+	all       stats
+	intercept map[string]bool // client + " " + destination of http events
+}
+
+// Learn builds a candidate policy from events and returns it as YAML with comments. The
+// candidate loads with the strict loader (Learn checks it under Options.Filename). It
+// returns ErrNothingLearned (with a parent), or an error when the candidate does not load,
+// which is a bug.
+func Learn(events []audit.Event, opt Options) ([]byte, error) {
+	if opt.Name == "" {
+		opt.Name = "learned"
+	}
+	if opt.Filename == "" {
+		opt.Filename = "learned.yaml"
+	}
+	if opt.Parent != nil && opt.ParentRef == "" {
+		return nil, errors.New("learn: Options.ParentRef is required with a parent")
+	}
+	l := &learner{opt: opt, hosts: map[string]*hostTraffic{}, leftOut: map[string]*note{},
+		parentNo: map[string]*note{}, dnsOnly: map[string]*stats{}, ignored: map[audit.Kind]int{},
+		intercept: map[string]bool{}}
+	for _, e := range events {
+		if e.Kind == audit.KindHTTP && e.Client != "" {
+			l.intercept[e.Client+" "+e.Destination] = true
+		}
+	}
+	for _, e := range events {
+		l.observe(e)
+	}
+	for name := range l.dnsOnly {
+		if _, ok := l.hosts[name]; ok {
+			delete(l.dnsOnly, name)
+		}
+	}
+	return l.candidate()
+}
+
+// observe takes one event into account.
+func (l *learner) observe(e audit.Event) {
+	switch e.Kind {
+	case audit.KindHTTP, audit.KindConnect:
+	case audit.KindDNS:
+		l.all.add(e.Time)
+		l.observeDNS(e)
+		return
+	default:
+		l.ignored[e.Kind]++
+		return
+	}
+	l.all.add(e.Time)
+	h, port, why := classify(e)
+	if why != "" {
+		l.noteOut(l.leftOut, e.Destination, why, e.Time)
+		return
+	}
+	if l.opt.Parent != nil {
+		if d := l.parentDecision(e, h, port); !d.Allowed() || d.WouldDeny {
+			key := e.Destination
+			if e.Kind == audit.KindHTTP {
+				key = fmt.Sprintf("%s %s%s", e.Method, e.Destination, e.Path)
+			}
+			l.noteOut(l.parentNo, key, fmt.Sprintf("%s: %s", d.Reason, d.Detail), e.Time)
+			return
+		} else if e.Kind == audit.KindConnect {
+			l.host(h).parentRule = d.Rule
+		}
+	}
+	t := l.host(h)
+	t.all.add(e.Time)
+	t.ports[port] = true
+	if e.Kind == audit.KindConnect {
+		t.tunnels++
+		if e.Client == "" || !l.intercept[e.Client+" "+e.Destination] {
+			t.passthrough++
+		}
+		return
+	}
+	path, err := policy.NormalizePath(e.Path)
+	if err != nil {
+		path = "/"
+	}
+	byPath := t.requests[strings.ToUpper(e.Method)]
+	if byPath == nil {
+		byPath = map[string]*stats{}
+		t.requests[strings.ToUpper(e.Method)] = byPath
+	}
+	if byPath[path] == nil {
+		byPath[path] = &stats{}
+	}
+	byPath[path].add(e.Time)
+}
+
+// host returns the traffic record of h, creating it.
+func (l *learner) host(h policy.Host) *hostTraffic {
+	t := l.hosts[h.Name]
+	if t == nil {
+		t = &hostTraffic{host: h, ports: map[int]bool{}, requests: map[string]map[string]*stats{}}
+		l.hosts[h.Name] = t
+	}
+	return t
+}
+
+func (l *learner) noteOut(m map[string]*note, key, why string, at time.Time) {
+	n := m[key+"\x00"+why]
+	if n == nil {
+		n = &note{key: key, why: why}
+		m[key+"\x00"+why] = n
+	}
+	n.stats.add(at)
+}
+
+// observeDNS records a name the sandbox looked up (kept only if no connection to it shows).
+func (l *learner) observeDNS(e audit.Event) {
+	name := e.Destination
+	if host, _, err := net.SplitHostPort(name); err == nil {
+		name = host
+	}
+	h, err := policy.NormalizeHost(name)
+	if err != nil || internalName(h.Name) != "" {
+		return
+	}
+	s := l.dnsOnly[h.Name]
+	if s == nil {
+		s = &stats{}
+		l.dnsOnly[h.Name] = s
+	}
+	s.add(e.Time)
+}
+
+// parentDecision decides e under the parent as enforce would.
+func (l *learner) parentDecision(e audit.Event, h policy.Host, port int) policy.Decision {
+	req := policy.Request{Host: h.Name, Port: port}
+	if e.Kind == audit.KindHTTP {
+		req.Method, req.Path = e.Method, e.Path
+	}
+	return l.opt.Parent.Decide(req)
+}
+
+// ruleReasons are the deny reasons a rule can lift: the request was denied because no rule
+// allowed it. Any other deny reason (a mismatch, a misplaced credential) is not a missing rule.
+var ruleReasons = []policy.Reason{policy.ReasonNoRule, policy.ReasonPortNotAllowed,
+	policy.ReasonMethodNotAllowed, policy.ReasonPathNotAllowed, policy.ReasonTCPOnly, policy.ReasonOffline}
+
+// classify parses e's destination and says why it can never become a rule ("" when it can).
+func classify(e audit.Event) (policy.Host, int, string) {
+	hostStr, portStr, err := net.SplitHostPort(e.Destination)
+	if err != nil {
+		return policy.Host{}, 0, "the destination is not host:port"
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 {
+		return policy.Host{}, 0, "the destination's port is not valid"
+	}
+	h, err := policy.NormalizeHost(hostStr)
+	if err != nil {
+		return h, port, "the host is not a valid name or address"
+	}
+	if e.Decision == audit.DecisionDeny && !slices.Contains(ruleReasons, policy.Reason(e.Reason)) {
+		if e.Reason == string(policy.ReasonInternalAddress) {
+			return h, port, "it resolved to an internal address: " + e.Detail
+		}
+		return h, port, fmt.Sprintf("denied for %s, which no rule can allow", e.Reason)
+	}
+	if h.IsIP() {
+		if c := policy.ClassifyAddr(h.Addr.Unmap()); c != policy.AddrPublic {
+			return h, port, fmt.Sprintf("address %s is %s; internal addresses need a cidrs rule written by hand", h.Name, c)
+		}
+	} else if why := internalName(h.Name); why != "" {
+		return h, port, why
+	}
+	if ap, err := netip.ParseAddrPort(e.Addr); err == nil {
+		if c := policy.ClassifyAddr(ap.Addr().Unmap()); c != policy.AddrPublic {
+			return h, port, fmt.Sprintf("it was dialled at %s, %s; internal addresses need a cidrs rule written by hand", ap.Addr(), c)
+		}
+	}
+	return h, port, ""
+}
+
+// internalName says why a host name only exists inside a machine, cluster or cloud ("" if
+// it does not look like one): such names reach metadata services and internal APIs.
+func internalName(name string) string {
+	switch {
+	case name == "localhost" || strings.HasSuffix(name, ".localhost"):
+		return "a loopback name (the sidecar's own listeners are reached without a rule)"
+	case name == "metadata" || name == "metadata.google.internal" || name == "instance-data":
+		return "a cloud metadata service name"
+	case strings.HasSuffix(name, ".internal"), strings.HasSuffix(name, ".local"),
+		strings.HasSuffix(name, ".svc"), strings.HasSuffix(name, ".cluster.local"),
+		!strings.Contains(name, "."):
+		return "a name internal to the machine, cluster or cloud"
+	}
+	return ""
+}
