@@ -57,7 +57,7 @@ func dispatch(group, usage string, subs map[string]runFunc, args []string, stdou
 func commands() []command {
 	return []command{
 		{"run", "serve one sandbox's sidecar: proxy, DNS filter, model API, kernel enforcement, admin", runCmd},
-		{"policy", "check, explain and test policy files, list placeholders (policy check|explain|test|placeholders)", policyCmd},
+		{"policy", "check, explain and test policy files, list placeholders, learn and replay (policy check|explain|test|placeholders|learn|replay)", policyCmd},
 		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
 		{"sandbox", "create, enter, list and remove local sandboxes (sandbox create|exec|list|delete|reap|doctor)", sandboxCmd},
 		{"webhook", "serve the Kubernetes admission webhook that injects the sidecar into labelled pods", webhookCmd},

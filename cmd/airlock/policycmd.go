@@ -16,18 +16,20 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-const policyUsage = `Usage: airlock policy <check|explain|test|placeholders> [flags] FILE...
+const policyUsage = `Usage: airlock policy <check|explain|test|placeholders|learn|replay> [flags] FILE...
 
   check FILE...                         load and validate policy files
   explain FILE --url URL [--method M]   show the decision for one request
   test FILE --cases CASES.yaml          run expected-decision cases against a policy
   placeholders FILE [--state-dir DIR]   print each secret's placeholder (for the sandbox)
+  learn AUDIT... [--from P] [-o FILE]   write a candidate policy from recorded traffic
+  replay AUDIT... --policy CANDIDATE    show what a candidate would allow or deny differently
 `
 
 func policyCmd(args []string, stdout, stderr io.Writer) error {
 	return dispatch("policy", policyUsage, map[string]runFunc{
 		"check": policyCheck, "explain": policyExplain, "test": policyTest,
-		"placeholders": policyPlaceholders,
+		"placeholders": policyPlaceholders, "learn": policyLearn, "replay": policyReplay,
 	}, args, stdout, stderr)
 }
 

@@ -140,25 +140,25 @@ func writeRule(b *bytes.Buffer, r *learnedRule) {
 	case r.parentHTTP != nil:
 		b.WriteString("      http:\n")
 		for _, m := range r.parentHTTP {
-			b.WriteString("        - ")
+			var fields []string
 			if len(m.Methods) > 0 {
-				qs := make([]string, len(m.Methods))
-				for i, x := range m.Methods {
-					qs[i] = quote(x)
-				}
-				fmt.Fprintf(b, "methods: [%s]\n          ", strings.Join(qs, ", "))
+				fields = append(fields, fmt.Sprintf("methods: [%s]", quoteAll(m.Methods)))
 			}
 			if len(m.Paths) > 0 {
-				qs := make([]string, len(m.Paths))
-				for i, x := range m.Paths {
-					qs[i] = quote(x)
-				}
-				fmt.Fprintf(b, "paths: [%s]\n", strings.Join(qs, ", "))
-			} else if len(m.Methods) == 0 {
-				b.WriteString("{}\n")
+				fields = append(fields, fmt.Sprintf("paths: [%s]", quoteAll(m.Paths)))
 			}
+			fmt.Fprintf(b, "        - {%s}\n", strings.Join(fields, ", "))
 		}
 	}
+}
+
+// quoteAll quotes each of ss and joins them with ", ".
+func quoteAll(ss []string) string {
+	qs := make([]string, len(ss))
+	for i, s := range ss {
+		qs[i] = quote(s)
+	}
+	return strings.Join(qs, ", ")
 }
 
 // footer lists, as comments, what was left out and why.
@@ -197,8 +197,27 @@ func (l *learner) footer(b *bytes.Buffer) {
 func quote(s string) string { return strconv.Quote(s) }
 
 // comment makes s safe inside a one-line YAML comment: recorded hosts and paths come from
-// the sandbox, so a newline in them must not end the comment and start YAML.
+// the sandbox, so a line break in them (or any control character) must not end the comment
+// and start YAML. Such runes are written as Go escapes.
 func comment(s string) string {
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+			return -1
+		}
+		return r
+	}, escapeControls(s))
+}
+
+// escapeControls replaces control and line-break runes of s with their quoted form.
+func escapeControls(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
