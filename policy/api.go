@@ -92,7 +92,7 @@ type Decision struct {
 	Secrets []string
 	// Intercept is true when the request (or for a connection-level decision, any request on
 	// the connection) needs TLS interception: a rule matching host and port has L7 http rules
-	// or inject entries.
+	// or inject entries, or the policy is in report mode with spec.report.interceptAll.
 	Intercept bool
 	// Host is the normalised host the decision was made on (punycode, lower case, no trailing
 	// dot; an IP literal in canonical form).

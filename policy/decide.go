@@ -23,10 +23,14 @@ func (p *Policy) Decide(r Request) Decision {
 	return p.applyMode(p.decide(r))
 }
 
-// applyMode turns a deny into a reported allow in report mode.
+// applyMode turns a deny into a reported allow in report mode, and with
+// spec.report.interceptAll asks for every connection to be intercepted.
 func (p *Policy) applyMode(d Decision) Decision {
 	if p.mode == ModeReport && d.Verdict == Deny {
 		d.Verdict, d.WouldDeny = Allow, true
+	}
+	if p.interceptAll {
+		d.Intercept = true
 	}
 	return d
 }

@@ -89,6 +89,7 @@ func (l *loader) parse(source string, data []byte, chain []string) (*Policy, err
 	parents, parentsOK := l.loadParents(d, doc.Spec.Extends, source, chain)
 	p := &Policy{name: doc.Metadata.Name, source: source, parents: parents}
 	p.mode = compileMeta(d, &doc)
+	p.interceptAll = doc.Spec.Report.InterceptAll && p.mode == ModeReport
 	compileDNS(d, doc.Spec.DNS)
 	compileSecrets(d, doc.Spec.Secrets)
 	compileLLM(d, doc.Spec.LLM)

@@ -8,14 +8,17 @@ import (
 // Policy is a compiled, validated, immutable policy (a document with its parents merged in).
 // It is safe for concurrent use. The accessors return copies; changing them changes nothing.
 type Policy struct {
-	name    string
-	mode    Mode
-	source  string
-	rules   []*rule           // effective rules, in order
-	secrets map[string]Secret // effective secrets, parents' merged under the child's
-	dns     DNSConfig         // effective dns settings, without defaults applied
-	llm     LLMConfig         // effective llm settings
-	parents []*Policy
+	name   string
+	mode   Mode
+	source string
+	// interceptAll is spec.report.interceptAll (report mode only): every connection-level
+	// decision says Intercept.
+	interceptAll bool
+	rules        []*rule           // effective rules, in order
+	secrets      map[string]Secret // effective secrets, parents' merged under the child's
+	dns          DNSConfig         // effective dns settings, without defaults applied
+	llm          LLMConfig         // effective llm settings
+	parents      []*Policy
 }
 
 // Name returns metadata.name.
@@ -23,6 +26,10 @@ func (p *Policy) Name() string { return p.name }
 
 // Mode returns the policy's mode.
 func (p *Policy) Mode() Mode { return p.mode }
+
+// InterceptAll reports whether the policy is in report mode with spec.report.interceptAll:
+// every connection is intercepted so that its requests are recorded.
+func (p *Policy) InterceptAll() bool { return p.interceptAll }
 
 // Source returns where the policy was read from: the path given to Load, the filename given
 // to Parse, or "builtin:NAME" for a built-in profile.

@@ -50,6 +50,20 @@ type Spec struct {
 	Secrets map[string]Secret `yaml:"secrets"`
 	// LLM configures the local model endpoint. Zero means no providers and no models.
 	LLM LLMConfig `yaml:"llm"`
+	// Report configures what a report-mode policy records. Zero means nothing extra. It is
+	// the policy's own: a child does not inherit it.
+	Report ReportConfig `yaml:"report"`
+}
+
+// ReportConfig configures report mode, for recording the traffic `airlock policy learn`
+// turns into a candidate policy.
+type ReportConfig struct {
+	// InterceptAll makes every proxied connection TLS-intercepted, so that the audit trail
+	// holds the method and path of every HTTPS request, not only the destination of its
+	// tunnel. The sandbox must trust the sidecar CA (`airlock ca export`); a client that
+	// pins certificates fails. Requires mode: report. False means a tunnel is intercepted
+	// only where a rule needs to see its requests.
+	InterceptAll bool `yaml:"interceptAll"`
 }
 
 // DNSConfig configures the DNS filter.

@@ -27,6 +27,9 @@ func compileMeta(d *decoder, doc *Document) Mode {
 		d.errorf("metadata.name", "invalid name %q; use lower-case letters, digits, \"-\" and \".\", e.g. %q",
 			name, "repo-read")
 	}
+	if doc.Spec.Report.InterceptAll && doc.Spec.Mode != ModeReport {
+		d.errorf("spec.report.interceptAll", "applies to report mode only: it intercepts every connection to record its requests; set mode: report, or remove it")
+	}
 	switch m := doc.Spec.Mode; m {
 	case "":
 		return ModeEnforce
