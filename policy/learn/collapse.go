@@ -3,6 +3,7 @@ package learn
 import (
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest path pattern Learn writes: a path with more segments becomes its
@@ -30,12 +31,13 @@ var (
 //     a bare API version such as "v1" names an API, not a release, and stays;
 //   - an opaque token: 16 or more letters, digits and "_-=.~+", with both a letter and a
 //     digit (a session id, a base64 digest);
-//   - or holds "*", which a pattern cannot say literally.
+//   - or holds "*", which a pattern cannot say literally, or bytes that are not UTF-8
+//     (YAML cannot carry them).
 func VariableSegment(s string) bool {
 	switch {
 	case s == "":
 		return false
-	case strings.Contains(s, "*"):
+	case strings.Contains(s, "*") || !utf8.ValidString(s):
 		return true
 	case strings.Trim(s, "0123456789") == "":
 		return true

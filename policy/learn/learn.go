@@ -86,6 +86,7 @@ type hostTraffic struct {
 	all         stats
 	ports       map[int]bool
 	passthrough int                          // tunnels whose requests were not seen
+	badPaths    int                          // requests whose path cannot be normalised
 	tunnels     int                          // connect events
 	requests    map[string]map[string]*stats // method → normalised path → stats
 	parentRule  string                       // the parent rule that allowed the connection, if any
@@ -185,7 +186,8 @@ func (l *learner) observe(e audit.Event) {
 	}
 	path, err := policy.NormalizePath(e.Path)
 	if err != nil {
-		path = "/"
+		t.badPaths++ // a rule with paths would deny it: the host gets no L7 rules
+		return
 	}
 	byPath := t.requests[strings.ToUpper(e.Method)]
 	if byPath == nil {

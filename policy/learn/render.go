@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -197,23 +199,17 @@ func (l *learner) footer(b *bytes.Buffer) {
 func quote(s string) string { return strconv.Quote(s) }
 
 // comment makes s safe inside a one-line YAML comment: recorded hosts and paths come from
-// the sandbox, so a line break in them (or any control character) must not end the comment
-// and start YAML. Such runes are written as Go escapes.
+// the sandbox, so a line break in them must not end the comment and start YAML, and YAML
+// refuses control characters and invalid UTF-8 anywhere. Every rune that is not printable
+// (or not UTF-8) is written as its Go escape.
 func comment(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
-			return -1
-		}
-		return r
-	}, escapeControls(s))
-}
-
-// escapeControls replaces control and line-break runes of s with their quoted form.
-func escapeControls(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == 0x85 || r == 0x2028 || r == 0x2029 {
+	for i, r := range s {
+		if (r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD")) || !unicode.IsPrint(r) {
 			q := strconv.QuoteRune(r)
+			if r == utf8.RuneError {
+				q = fmt.Sprintf("'\\x%02x'", s[i])
+			}
 			b.WriteString(q[1 : len(q)-1])
 			continue
 		}

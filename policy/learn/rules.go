@@ -72,6 +72,8 @@ func learnL7(t *hostTraffic) ([]httpEntry, string) {
 	switch {
 	case len(t.requests) == 0:
 		return nil, "no request was seen inside its connections (tunnels not intercepted)"
+	case t.badPaths > 0:
+		return nil, fmt.Sprintf("%d requests had a path no path pattern can match (policy.NormalizePath refused it)", t.badPaths)
 	case t.passthrough > 0:
 		return nil, fmt.Sprintf("%d of %d tunnels were not intercepted, so their requests were not seen", t.passthrough, t.tunnels)
 	}
