@@ -311,6 +311,7 @@ func (f *Filter) finish(q *query) {
 	if f.cfg.Audit != nil {
 		f.cfg.Audit.Log(q.ev)
 	}
+	explainDenial(q.reply, q.ev)
 	if q.udpSize > 0 {
 		q.reply.Truncate(q.udpSize)
 	}

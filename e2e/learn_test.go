@@ -71,7 +71,7 @@ type learnWorld struct {
 // traffic without a deny, see a new host denied with the policy named, and replay the
 // recording against a narrower candidate.
 func TestPolicyLearnReplay(t *testing.T) {
-	privtest.Require(t, "curl", "git", "python3")
+	privtest.Require(t, "curl", "git", "python3", "dig")
 	t.Parallel()
 	lw := &learnWorld{w: testnet.NewWorld(t), bin: airlockBinary(t)}
 	lw.git = lw.w.StartGitServer(t, netip.MustParseAddr(learnGitAddr), "git.test")
@@ -115,9 +115,15 @@ func TestPolicyLearnReplay(t *testing.T) {
 	if json.Unmarshal([]byte(r.Body), &body); body.Policy != "learned" {
 		t.Errorf("denial body: policy: got %q, want %q: %s", body.Policy, "learned", r.Body)
 	}
+	// The DNS filter says the same to a resolver that speaks EDNS: RFC 8914 Blocked, with
+	// the policy, the reason and the remedy.
+	d := dig(t, lw.w, testnet.NameDenied, "A")
+	if d.status != "REFUSED" || !strings.Contains(grepLines(d.out, "EDE: 15 (Blocked)"), "airlock policy learned: no_rule") {
+		t.Errorf("dig %s: want REFUSED with EDE 15 (Blocked) naming policy learned and no_rule:\n%s", testnet.NameDenied, d.out)
+	}
 	a.Stop(t)
 	for _, e := range a.FileEvents(t) {
-		if e.Decision == "deny" && e.Destination != testnet.NameDenied+":80" {
+		if e.Decision == "deny" && !strings.HasPrefix(e.Destination, testnet.NameDenied) {
 			t.Errorf("the learned policy denied recorded traffic: %s", e.Line)
 		}
 	}
