@@ -113,3 +113,10 @@ func TestPolicyReplayExitStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestPolicyLearnBadName(t *testing.T) {
+	code, _, errOut := airlock(t, "policy", "learn", learnTrail, "--name", "Bad Name")
+	if code != 1 || !strings.Contains(errOut, `invalid policy name "Bad Name"`) {
+		t.Errorf("got exit %d, stderr %q; want 1 and the name", code, errOut)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type Options struct {
 	// Sources names the audit logs read, for the candidate's header comment. Empty is fine.
 	Sources []string
 }
+
+// nameRE is what metadata.name accepts (the loader checks it again).
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 
 // stats counts the events behind something, and when they were seen.
 type stats struct {
@@ -121,6 +125,9 @@ func Learn(events []audit.Event, opt Options) ([]byte, error) {
 	}
 	if opt.Filename == "" {
 		opt.Filename = "learned.yaml"
+	}
+	if !nameRE.MatchString(opt.Name) {
+		return nil, fmt.Errorf("learn: invalid policy name %q; use lower-case letters, digits, \"-\" and \".\", e.g. \"learned\"", opt.Name)
 	}
 	if opt.Parent != nil && opt.ParentRef == "" {
 		return nil, errors.New("learn: Options.ParentRef is required with a parent")
