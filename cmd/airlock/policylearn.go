@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/policy/learn"
 )
@@ -52,12 +51,11 @@ func policyLearn(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	var events []audit.Event
-	err = readTrails(files, func(e audit.Event, _ string) { events = append(events, e) })
+	trail, err := readTrails(files)
 	if err != nil {
 		return failf("%v", err)
 	}
-	data, err := learn.Learn(events, opt)
+	data, err := learn.Learn(trail, opt)
 	if err != nil {
 		return failf("%v", err)
 	}
@@ -68,7 +66,7 @@ func policyLearn(args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(*out, data, 0o644); err != nil {
 		return failf("write candidate: %v", err)
 	}
-	fmt.Fprintf(stderr, "wrote %s from %d events\n", *out, len(events))
+	fmt.Fprintf(stderr, "wrote %s from %d events\n", *out, len(trail))
 	return nil
 }
 
@@ -101,28 +99,26 @@ func loadParent(from, out string) (*policy.Policy, string, error) {
 	return p, ref, nil
 }
 
-// readTrails reads each audit log in turn ("-" is stdin) and calls fn with every event and
-// where it was read (file:line).
-func readTrails(files []string, fn func(e audit.Event, source string)) error {
+// readTrails reads each audit log in turn ("-" is stdin).
+func readTrails(files []string) ([]learn.Recorded, error) {
+	var all []learn.Recorded
 	for _, f := range files {
 		var r io.Reader = os.Stdin
 		if f != "-" {
 			fh, err := os.Open(f)
 			if err != nil {
-				return fmt.Errorf("open audit log: %w", err)
+				return nil, fmt.Errorf("open audit log: %w", err)
 			}
 			defer fh.Close()
 			r = fh
 		}
-		err := audit.Read(r, f, func(e audit.Event, line int) error {
-			fn(e, fmt.Sprintf("%s:%d", f, line))
-			return nil
-		})
+		trail, err := learn.ReadTrail(r, f)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		all = append(all, trail...)
 	}
-	return nil
+	return all, nil
 }
 
 const replayHelp = `
@@ -159,8 +155,7 @@ func policyReplay(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return loadErr(err)
 	}
-	var recs []learn.Recorded
-	err = readTrails(files, func(e audit.Event, src string) { recs = append(recs, learn.Recorded{Event: e, Source: src}) })
+	recs, err := readTrails(files)
 	if err != nil {
 		return failf("%v", err)
 	}

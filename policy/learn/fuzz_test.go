@@ -23,11 +23,11 @@ func FuzzLearn(f *testing.F) {
 			t.Skip("the proxy's HTTP parser refuses a request with this method before it is decided")
 		}
 		at := time.Date(2026, 11, 23, 20, 0, 0, 0, time.UTC)
-		evs := []audit.Event{
-			{Time: at, Kind: audit.KindHTTP, Decision: audit.DecisionReport, Reason: "no_rule",
-				Destination: dest, Method: method, Path: path, Client: "127.0.0.1:1"},
-			{Time: at, Kind: audit.KindConnect, Decision: audit.DecisionReport, Reason: "no_rule",
-				Destination: dest, Client: "127.0.0.1:1"},
+		evs := []Recorded{
+			{Event: audit.Event{Time: at, Kind: audit.KindHTTP, Decision: audit.DecisionReport, Reason: "no_rule",
+				Destination: dest, Method: method, Path: path, Client: "127.0.0.1:1"}},
+			{Event: audit.Event{Time: at, Kind: audit.KindConnect, Decision: audit.DecisionReport, Reason: "no_rule",
+				Destination: dest, Client: "127.0.0.1:1"}},
 		}
 		out, err := Learn(evs, Options{Filename: "fuzz.yaml"})
 		if err != nil {
@@ -40,7 +40,7 @@ func FuzzLearn(f *testing.F) {
 		if len(cand.Rules()) == 0 {
 			return // left out
 		}
-		rep := Replay([]Recorded{{Event: evs[0]}, {Event: evs[1]}}, cand)
+		rep := Replay(evs, cand)
 		if rep.Counts[AllowToDeny] > 0 {
 			t.Errorf("replaying the learned requests denies some: %+v\n%s", rep.Changes, out)
 		}

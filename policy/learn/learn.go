@@ -115,11 +115,11 @@ type learner struct {
 	intercept map[string]bool // client + " " + destination of http events
 }
 
-// Learn builds a candidate policy from events and returns it as YAML with comments. The
+// Learn builds a candidate policy from a recorded trail and returns it as YAML with comments. The
 // candidate loads with the strict loader (Learn checks it under Options.Filename). It
 // returns ErrNothingLearned (with a parent), or an error when the candidate does not load,
 // which is a bug.
-func Learn(events []audit.Event, opt Options) ([]byte, error) {
+func Learn(trail []Recorded, opt Options) ([]byte, error) {
 	if opt.Name == "" {
 		opt.Name = "learned"
 	}
@@ -135,13 +135,13 @@ func Learn(events []audit.Event, opt Options) ([]byte, error) {
 	l := &learner{opt: opt, hosts: map[string]*hostTraffic{}, leftOut: map[string]*note{},
 		parentNo: map[string]*note{}, dnsOnly: map[string]*stats{}, ignored: map[audit.Kind]int{},
 		intercept: map[string]bool{}}
-	for _, e := range events {
-		if e.Kind == audit.KindHTTP && e.Client != "" {
+	for _, r := range trail {
+		if e := r.Event; e.Kind == audit.KindHTTP && e.Client != "" {
 			l.intercept[e.Client+" "+e.Destination] = true
 		}
 	}
-	for _, e := range events {
-		l.observe(e)
+	for _, r := range trail {
+		l.observe(r.Event)
 	}
 	for name := range l.dnsOnly {
 		if _, ok := l.hosts[name]; ok {

@@ -8,25 +8,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 // readTrail reads a test audit trail.
-func readTrail(t *testing.T, name string) []audit.Event {
+func readTrail(t *testing.T, name string) []Recorded {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var evs []audit.Event
-	if err := audit.Read(f, name, func(e audit.Event, _ int) error { evs = append(evs, e); return nil }); err != nil {
+	trail, err := ReadTrail(f, name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return evs
+	return trail
 }
 
 // golden compares got with testdata/name, or rewrites it with -update.

@@ -9,21 +9,12 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-func recorded(t *testing.T, name string) []Recorded {
-	t.Helper()
-	var out []Recorded
-	for i, e := range readTrail(t, name) {
-		out = append(out, Recorded{Event: e, Source: fmt.Sprintf("%s#%d", name, i+1)})
-	}
-	return out
-}
-
 func TestReplayNarrowCandidate(t *testing.T) {
 	cand, err := policy.Load("testdata/narrow.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := Replay(recorded(t, "trail.jsonl"), cand)
+	rep := Replay(readTrail(t, "trail.jsonl"), cand)
 	var got []string
 	for _, x := range rep.Changes {
 		got = append(got, fmt.Sprintf("%s %s", x.Change, x.describe()))
@@ -68,7 +59,7 @@ func TestReplayNarrowCandidate(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"allow → deny", "undecidable", "trail.jsonl#5  POST git.test:443/repo.git/git-upload-pack", "rule git "} {
+	for _, s := range []string{"allow → deny", "undecidable", "trail.jsonl:5  POST git.test:443/repo.git/git-upload-pack", "rule git "} {
 		if !strings.Contains(text.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, text.String())
 		}
@@ -82,7 +73,7 @@ func TestReplayLearnedCandidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := Replay(recorded(t, "trail.jsonl"), cand)
+	rep := Replay(readTrail(t, "trail.jsonl"), cand)
 	for _, x := range rep.Changes {
 		switch x.Destination {
 		case "10.1.2.3:80", "metadata.google.internal:80", "loopy.test:80", "lookup-only.test":
