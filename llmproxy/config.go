@@ -37,7 +37,7 @@ type Config struct {
 	// Ledger persists usage; the budget starts from its totals. The Proxy does not close it.
 	Ledger *Ledger
 	// Audit receives one event per call. Required.
-	Audit *audit.Logger
+	Audit audit.Sink
 	// Logger receives operational logs (never a key or a prompt); nil means a logger that
 	// discards.
 	Logger logrus.FieldLogger

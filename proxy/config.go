@@ -86,7 +86,7 @@ type Config struct {
 	// CA signs the leaf certificates of intercepted tunnels. Required.
 	CA *CA
 	// Audit receives one event per request and per tunnel. Nil drops events.
-	Audit *audit.Logger
+	Audit audit.Sink
 	// Resolver resolves destination names (once per connection). Nil means net.DefaultResolver.
 	Resolver Resolver
 	// UpstreamRoots verifies upstream TLS certificates of intercepted requests. Nil means the
