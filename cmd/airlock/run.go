@@ -164,7 +164,7 @@ func (c *runConfig) validate(fs *flagSet) error {
 // sidecar is a running airlock: what serve started and must stop.
 type sidecar struct {
 	log    *logrus.Logger
-	audit  *audit.Logger
+	audit  audit.Sink
 	store  *policy.Store
 	proxy  *proxy.Proxy
 	creds  *credentialBroker
