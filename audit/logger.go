@@ -62,8 +62,9 @@ type Options struct {
 	// Keep is how many recent events Recent returns (for the admin /v1/decisions endpoint);
 	// 0 keeps none.
 	Keep int
-	// Redact, when set, scrubs each encoded line before it is kept (for Recent) or written: the credential broker's redactor, so no
-	// secret value reaches the audit trail. Nil writes lines as they are.
+	// Redact, when set, scrubs each encoded line before it is kept (for Recent) or written:
+	// the credential broker's redactor, so no secret value reaches the audit trail. Nil
+	// writes lines as they are.
 	Redact func([]byte) []byte
 }
 
