@@ -431,15 +431,13 @@ func newResolver(flagAddr string, pol *policy.Policy) (*net.Resolver, error) {
 	if len(upstreams) == 0 {
 		return &net.Resolver{PreferGo: true}, nil
 	}
-	for i, u := range upstreams {
-		u = strings.TrimSpace(u)
-		if _, _, err := net.SplitHostPort(u); err != nil {
-			u = net.JoinHostPort(u, "53")
-		}
-		if _, err := netip.ParseAddrPort(u); err != nil {
-			return nil, fmt.Errorf("upstream DNS %q: want ip:port", upstreams[i])
-		}
-		upstreams[i] = u
+	aps, err := policy.ParseUpstreams(upstreams)
+	if err != nil {
+		return nil, fmt.Errorf("upstream DNS: %w", err)
+	}
+	upstreams = make([]string, len(aps))
+	for i, ap := range aps {
+		upstreams[i] = ap.String()
 	}
 	var d net.Dialer
 	return &net.Resolver{
