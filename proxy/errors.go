@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -25,7 +26,6 @@ var (
 // Internal errors; they never leave the package.
 var (
 	errBodyTooLarge = errors.New("request body too large")
-	errResolve      = errors.New("resolve failed")
 	errSNIMismatch  = errors.New("tls server name does not match the tunnel host")
 	errNoHello      = errors.New("no ClientHello")
 	errNoExchange   = errors.New("upstream dial outside of a decided request")
@@ -39,11 +39,12 @@ const (
 	// ReasonHostMismatch: the names a request carries disagree (URL host and Host header,
 	// CONNECT host and TLS SNI, CONNECT host and an inner Host header). Domain fronting.
 	ReasonHostMismatch policy.Reason = "host_mismatch"
-	// ReasonSelfAddress: the destination is one of the sidecar's own listeners.
-	ReasonSelfAddress policy.Reason = "self_address"
+	// ReasonSelfAddress: the destination is one of the sidecar's own listeners (the egress
+	// guard's reason).
+	ReasonSelfAddress = egress.ReasonSelfAddress
 	// ReasonOriginalDstMismatch: a transparent connection's original address is not among the
-	// addresses its name resolves to.
-	ReasonOriginalDstMismatch policy.Reason = "original_destination_mismatch"
+	// addresses its name resolves to (the egress guard's reason).
+	ReasonOriginalDstMismatch = egress.ReasonOriginalDstMismatch
 	// ReasonOriginalDstUnknown: the original destination of a transparent connection could not
 	// be found.
 	ReasonOriginalDstUnknown policy.Reason = "original_destination_unknown"
