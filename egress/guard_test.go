@@ -16,12 +16,7 @@ const public = "198.18.0.10" // a public address in the tests' range
 // refused whole, whatever form the internal address takes; naming the range allows it.
 func TestMixedAnswers(t *testing.T) {
 	cidrRule := "    - name: internal\n      cidrs: [\"10.0.0.0/8\"]\n      ports: [443]\n"
-	tests := []struct {
-		name   string
-		answer []string
-		rules  func(t *testing.T) Rules
-		want   error // nil: allowed, every address kept
-	}{
+	tests := []mixedCase{
 		{name: "public only", answer: []string{public, "2001:db8::10"}},
 		{name: "public and private", answer: []string{public, "10.0.0.1"}, want: ErrInternalAddress},
 		{name: "private first", answer: []string{"10.0.0.1", public}, want: ErrInternalAddress},
@@ -60,39 +55,48 @@ func TestMixedAnswers(t *testing.T) {
 			}, want: ErrInternalAddress},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g, res, d := newTestGuard(t)
-			res.set("svc.test", addrs(tc.answer...))
-			var rules Rules = Ranges(nil)
-			if tc.rules != nil {
-				rules = tc.rules(t)
-			}
-			tg, err := g.Resolve(context.Background(), "svc.test", 443, rules)
-			if tc.want != nil {
-				if !errors.Is(err, tc.want) {
-					t.Fatalf("got %v, want %v", err, tc.want)
-				}
-				if den := denialOf(t, err); den.Decision.Verdict != policy.Deny || den.Decision.Port != 443 || den.Decision.Detail == "" {
-					t.Errorf("got decision %+v, want a deny for port 443 with a detail", den.Decision)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("got %v, want allowed", err)
-			}
-			var want []netip.Addr
-			for _, a := range addrs(tc.answer...) {
-				if a = a.Unmap(); !slices.Contains(want, a) {
-					want = append(want, a)
-				}
-			}
-			if got := tg.Addrs(); !slices.Equal(got, want) {
-				t.Errorf("got addresses %v, want %v", got, want)
-			}
-			if len(d.dials()) != 0 {
-				t.Errorf("Resolve dialled %v", d.dials())
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { testMixedAnswer(t, tc) })
+	}
+}
+
+type mixedCase struct {
+	name   string
+	answer []string
+	rules  func(t *testing.T) Rules
+	want   error // nil: allowed, every address kept
+}
+
+func testMixedAnswer(t *testing.T, tc mixedCase) {
+	g, res, d := newTestGuard(t)
+	res.set("svc.test", addrs(tc.answer...))
+	var rules Rules = Ranges(nil)
+	if tc.rules != nil {
+		rules = tc.rules(t)
+	}
+	tg, err := g.Resolve(context.Background(), "svc.test", 443, rules)
+	if tc.want != nil {
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("got %v, want %v", err, tc.want)
+		}
+		if den := denialOf(t, err); den.Decision.Verdict != policy.Deny || den.Decision.Port != 443 || den.Decision.Detail == "" {
+			t.Errorf("got decision %+v, want a deny for port 443 with a detail", den.Decision)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("got %v, want allowed", err)
+	}
+	var want []netip.Addr
+	for _, a := range addrs(tc.answer...) {
+		if a = a.Unmap(); !slices.Contains(want, a) {
+			want = append(want, a)
+		}
+	}
+	if got := tg.Addrs(); !slices.Equal(got, want) {
+		t.Errorf("got addresses %v, want %v", got, want)
+	}
+	if len(d.dials()) != 0 {
+		t.Errorf("Resolve dialled %v", d.dials())
 	}
 }
 
