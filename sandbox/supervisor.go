@@ -91,7 +91,8 @@ func Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, lo
 				return fmt.Errorf("start sidecar: %w", err)
 			}
 			pid = cmd.Process.Pid
-			_ = writePidFile(st.sidecarPidFile(), pid)
+			start, _ := procStart(pid)
+			_ = writePidFile(st.sidecarPidFile(), pid, start)
 			go func() { done <- cmd.Wait() }()
 			stop = func() { stopSidecar(cmd, done, log) }
 			log.WithFields(logrus.Fields{"pid": pid, "restarts": restarts}).Info("sidecar started")
@@ -142,9 +143,8 @@ func Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, lo
 	}
 }
 
-// writePidFile records pid and its start time.
-func writePidFile(path string, pid int) error {
-	start, _ := procStart(pid)
+// writePidFile records pid and its start time (clock ticks).
+func writePidFile(path string, pid int, start uint64) error {
 	return writeFileReplace(path, []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(start, 10)+"\n"), 0o644)
 }
 
