@@ -66,6 +66,12 @@ var rules = []rule{
 	{module + "/proxy", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
 }
 
+// forbidden bans one package (and those below it) from importing another, where a rule for
+// every importer would be too wide.
+var forbidden = []struct{ importer, banned, why string }{
+	{"sandbox", module + "/ebpf", "sandbox reaches the kernel enforcement through the Kernel interface it declares (internal/sidecar adapts ebpf)"},
+}
+
 // leaves import nothing of ours.
 var leaves = []string{"policy", "audit"}
 
@@ -78,6 +84,11 @@ func TestDependencyRules(t *testing.T) {
 					continue
 				}
 				t.Errorf("%s imports %s: %s", rel, imp, r.why)
+			}
+			for _, f := range forbidden {
+				if (rel == f.importer || strings.HasPrefix(rel, f.importer+"/")) && strings.HasPrefix(imp, f.banned) {
+					t.Errorf("%s imports %s: %s", rel, imp, f.why)
+				}
 			}
 			if contains(leaves, rel) && strings.HasPrefix(imp, module+"/") {
 				t.Errorf("%s imports %s: %s imports nothing of ours", rel, imp, rel)
