@@ -330,11 +330,16 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 		return "", err
 	}
 	st.SidecarArgs = sidecarArgs(st, c.o)
+	// The supervisor reads the admin address and the sidecar's arguments from the state file as
+	// it starts: they must be there before it is.
+	if err := m.Store.Save(st); err != nil {
+		return "", err
+	}
 	sidecarDone, err := m.startSidecar(st, c.o.Env)
 	if err != nil {
 		return "", err
 	}
-	if err := m.Store.Save(st); err != nil {
+	if err := m.Store.Save(st); err != nil { // the supervisor's pid, for delete and reap
 		return "", err
 	}
 	timeout := c.o.ReadyTimeout

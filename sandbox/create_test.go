@@ -379,3 +379,26 @@ func TestReapOrphansAndStrayCgroups(t *testing.T) {
 		t.Errorf("the healthy sandbox was reaped: %v", err)
 	}
 }
+
+// The supervisor loads the sandbox's state file as it starts and supervises the sidecar it
+// names: the file must hold the admin address and the sidecar's arguments by then.
+func TestSupervisorStartsAfterTheStateNamesTheSidecar(t *testing.T) {
+	m, h, _ := newTestManager(t)
+	checked := false
+	h.onStart = func(args []string) {
+		if args[0] != "sandbox" {
+			return
+		}
+		checked = true
+		st, err := m.Store.Load("sup")
+		if err != nil || st.AdminAddr == "" || len(st.SidecarArgs) == 0 {
+			t.Errorf("state when the supervisor starts: %+v, %v; want the admin address and sidecar arguments", st, err)
+		}
+	}
+	if _, err := m.Create(context.Background(), testOptions(t, "sup")); err != nil {
+		t.Fatal(err)
+	}
+	if !checked {
+		t.Fatal("no supervisor was started")
+	}
+}

@@ -27,6 +27,8 @@ type fakeHost struct {
 	// attach says whether the fake sidecar pins kernel programs; exitEarly makes it exit before
 	// it is ready, with a one-line reason in its log.
 	attach, exitEarly bool
+	// onStart, when set, runs before each fake process starts (without mu held).
+	onStart func(args []string)
 
 	// mu guards every field below.
 	mu         sync.Mutex
@@ -169,6 +171,9 @@ func (h *fakeHost) ChildCgroups(parent string) ([]string, error) {
 // StartDetached starts a fake process: "run" is the sidecar (a /readyz server on its admin
 // address, pins when attach is set), anything else (the supervisor) is only recorded.
 func (h *fakeHost) StartDetached(bin string, args, env []string, logFile string) (int, <-chan struct{}, error) {
+	if h.onStart != nil {
+		h.onStart(args)
+	}
 	var pid int
 	done := make(chan struct{})
 	err := h.op("start "+args[0], func() error {
