@@ -29,6 +29,8 @@ type fakeHost struct {
 	attach, exitEarly bool
 	// onStart, when set, runs before each fake process starts (without mu held).
 	onStart func(args []string)
+	// probeErr is what the kernel probe returns.
+	probeErr error
 
 	// mu guards every field below.
 	mu         sync.Mutex
@@ -258,7 +260,7 @@ func (h *fakeHost) RemovePins(name string) error {
 	return h.op("RemovePins", func() error { return h.remove("pins " + name) })
 }
 
-func (h *fakeHost) Probe() error                                  { return nil }
+func (h *fakeHost) Probe() error                                  { return h.probeErr }
 func (h *fakeHost) ProbePacketGuard() error                       { return errors.New("fake: no BPF LSM") }
 func (h *fakeHost) BPFLSMActive() (bool, error)                   { return false, nil }
 func (h *fakeHost) MountPoints(types ...string) ([]string, error) { return nil, nil }
