@@ -7,6 +7,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // maxExtraText bounds the EXTRA-TEXT of an Extended DNS Error: it explains, it must not make
@@ -18,10 +19,10 @@ const maxExtraText = 300
 // security policy") for a name the policy or a brake denies. Failures (SERVFAIL) and
 // malformed queries carry none.
 func edeCode(reason string) (uint16, bool) {
-	switch reason {
-	case ReasonTypeRefused:
+	switch policy.Reason(reason) {
+	case policy.ReasonTypeRefused:
 		return dns.ExtendedErrorCodeProhibited, true
-	case ReasonBadQuery, ReasonUpstreamFailed, ReasonAllowMapFailed, "":
+	case policy.ReasonBadQuery, policy.ReasonUpstreamFailed, policy.ReasonAllowMapFailed, "":
 		return 0, false
 	}
 	return dns.ExtendedErrorCodeBlocked, true
@@ -38,6 +39,9 @@ func explainDenial(reply *dns.Msg, ev audit.Event) {
 		return
 	}
 	text := fmt.Sprintf("airlock policy %s: %s: %s", ev.Policy, ev.Reason, ev.Detail)
+	if remedy := policy.Reason(ev.Reason).Remedy(); remedy != "" {
+		text += "; " + remedy
+	}
 	if len(text) > maxExtraText {
 		text = strings.ToValidUTF8(text[:maxExtraText-3], "") + "..."
 	}

@@ -35,9 +35,9 @@ func TestDenialsCarryExtendedDNSError(t *testing.T) {
 		text  []string
 	}{
 		{"denied name", "denied.example", dns.TypeA, true, dns.ExtendedErrorCodeBlocked,
-			[]string{"airlock policy dnstest: no_rule", "no_rule", `"denied.example"`}},
+			[]string{"airlock policy dnstest: no_rule", "no_rule", `"denied.example"`, "; ask the policy owner to add the host"}},
 		{"refused type", "allowed.example", dns.TypeANY, true, dns.ExtendedErrorCodeProhibited,
-			[]string{"qtype_refused", "ANY"}},
+			[]string{"qtype_refused", "ANY", "; ask for the record type you need"}},
 		{"allowed name", "allowed.example", dns.TypeA, true, 0, nil},
 		{"denied without EDNS", "denied.example", dns.TypeA, false, 0, nil},
 	}

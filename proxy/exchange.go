@@ -229,7 +229,7 @@ func (x *exchange) deny(r *http.Request, d policy.Decision) *http.Response {
 	x.mu.Lock()
 	x.refusal = &d
 	x.mu.Unlock()
-	return x.respond(denyResponse(r, d, x.host, x.port))
+	return x.respond(denyResponse(r, d, x.pol, x.host, x.port))
 }
 
 // fail answers the request with an error other than a denial.

@@ -106,7 +106,7 @@ func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyC
 		t.dest = r.URL.Host
 		d := policy.Decision{Reason: policy.ReasonInvalidHost, Detail: fmt.Sprintf("CONNECT target %q is not host:port", r.URL.Host)}
 		t.refuse(d)
-		writeRaw(client, t.respond(denyResponse(r, d, r.URL.Host, 0)))
+		writeRaw(client, t.respond(denyResponse(r, d, t.pol, r.URL.Host, 0)))
 		return
 	}
 	t.dest = a.withPort(443)

@@ -38,6 +38,8 @@ type deniedBody struct {
 	Detail string `json:"detail"`
 	// Remedy is the catalogue's one-line remedy for Reason (additive to the contract).
 	Remedy string `json:"remedy,omitempty"`
+	// Policy names the policy that denied, so an agent can report who to ask (additive).
+	Policy string `json:"policy,omitempty"`
 }
 
 // failedBody is the JSON body of every other error. It names the destination and a coarse
@@ -51,7 +53,7 @@ type failedBody struct {
 
 // denyResponse is the denial (403 unless the catalogue says otherwise) for decision d on
 // host:port.
-func denyResponse(req *http.Request, d policy.Decision, host string, port int) *http.Response {
+func denyResponse(req *http.Request, d policy.Decision, pol *policy.Policy, host string, port int) *http.Response {
 	if d.Host != "" {
 		host = d.Host
 	}
@@ -64,10 +66,18 @@ func denyResponse(req *http.Request, d policy.Decision, host string, port int) *
 	}
 	resp := jsonResponse(req, status, deniedBody{
 		Error: codeDenied, Host: host, Port: port, Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail,
-		Remedy: d.Reason.Remedy(),
+		Remedy: d.Reason.Remedy(), Policy: policyName(pol),
 	})
 	resp.Header.Set(headerDecision, "deny")
 	return resp
+}
+
+// policyName is pol's name, or "" without a policy.
+func policyName(pol *policy.Policy) string {
+	if pol == nil {
+		return ""
+	}
+	return pol.Name()
 }
 
 // failResponse is an error response other than a denial: its status and "error" field

@@ -40,9 +40,13 @@ func TestFailResponsesKeepTheirStatusAndCode(t *testing.T) {
 	}
 }
 
-func TestDenyBodyCarriesTheRemedy(t *testing.T) {
+func TestDenyBodyCarriesTheRemedyAndPolicy(t *testing.T) {
 	d := policy.Decision{Reason: policy.ReasonNoRule, Detail: "no rule", Host: "evil.test", Port: 443}
-	resp := denyResponse(nil, d, "", 0)
+	pol, err := policy.Builtin("offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := denyResponse(nil, d, pol, "", 0)
 	raw, _ := io.ReadAll(resp.Body)
 	var b deniedBody
 	if err := json.Unmarshal(raw, &b); err != nil {
@@ -53,5 +57,8 @@ func TestDenyBodyCarriesTheRemedy(t *testing.T) {
 	}
 	if want := policy.ReasonNoRule.Remedy(); b.Remedy != want || want == "" {
 		t.Errorf("remedy: got %q, want %q", b.Remedy, want)
+	}
+	if b.Policy != "offline" {
+		t.Errorf("policy: got %q, want %q", b.Policy, "offline")
 	}
 }

@@ -275,7 +275,7 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 	}
 	if !t.d.Allowed() {
 		t.refuse(t.d)
-		return t.respond(denyResponse(nil, t.d, t.host, t.port))
+		return t.respond(denyResponse(nil, t.d, t.pol, t.host, t.port))
 	}
 	if !p.acquireTunnel() {
 		t.refuse(tunnelLimit(t.d.Rule, t.host, t.port))
@@ -312,7 +312,7 @@ func (p *Proxy) connectTunnel(t *tunnel) (net.Conn, error) {
 func (p *Proxy) tunnelFailure(t *tunnel, r *http.Request, err error) *http.Response {
 	if d, ok := asDenial(err, t.d.Rule); ok {
 		t.refuse(d)
-		return denyResponse(r, d, t.host, t.port)
+		return denyResponse(r, d, t.pol, t.host, t.port)
 	}
 	t.setError(err)
 	switch {

@@ -78,13 +78,14 @@ type Report struct {
 	Changes []Replayed `json:"changes"`
 }
 
-// policyReasons are the reasons the policy's decision function gives. A recorded deny with
-// any other reason (a Host/SNI mismatch, a misplaced credential) was not a rule decision and
-// stays denied under any candidate.
-var policyReasons = []policy.Reason{policy.ReasonRuleMatched, policy.ReasonNoRule,
-	policy.ReasonPortNotAllowed, policy.ReasonMethodNotAllowed, policy.ReasonPathNotAllowed,
-	policy.ReasonInternalAddress, policy.ReasonInvalidHost, policy.ReasonInvalidPath,
-	policy.ReasonTCPOnly, policy.ReasonOffline, policy.ReasonPublicAddress}
+// ruleDecision reports whether a recorded reason is one the policy's decision function gives
+// (the catalogue's policy reasons). A recorded deny with any other reason (a Host/SNI
+// mismatch, a misplaced credential) was not a rule decision and stays denied under any
+// candidate.
+func ruleDecision(reason string) bool {
+	info, ok := policy.Reason(reason).Info()
+	return ok && info.Emitter == policy.EmitPolicy
+}
 
 // Replay decides every recorded http, connect and dns event again under cand, as enforce
 // mode would (a candidate in report mode is replayed as if it enforced), and reports what
@@ -156,7 +157,7 @@ func replayOne(r Recorded, cand *policy.Policy, intercepted bool) Replayed {
 		Method: e.Method, Path: e.Path, Before: "allow", BeforeRule: e.Rule, BeforeReason: e.Reason}
 	if e.Decision == audit.DecisionDeny {
 		x.Before = "deny"
-		if !slices.Contains(policyReasons, policy.Reason(e.Reason)) {
+		if !ruleDecision(e.Reason) {
 			x.After, x.Change, x.Detail = "deny", Unchanged, "denied for "+e.Reason+", which is not a rule decision"
 			return x
 		}
