@@ -56,8 +56,8 @@ func TestLearnGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the candidate does not load: %v", err)
 	}
-	if len(p.Rules()) != 4 {
-		t.Errorf("rules: got %d, want 4 (api, files, git, pypi)", len(p.Rules()))
+	if len(p.Rules()) != 5 {
+		t.Errorf("rules: got %d, want 5 (api, files, git, new, pypi)", len(p.Rules()))
 	}
 }
 

@@ -71,7 +71,7 @@ func ruleName(t *hostTraffic, taken map[string]bool) string {
 func learnL7(t *hostTraffic) ([]httpEntry, string) {
 	switch {
 	case len(t.requests) == 0:
-		return nil, "no request was seen inside its connections (tunnels not intercepted)"
+		return nil, "no request was seen inside its connections (tunnels not intercepted, or refused)"
 	case t.badPaths > 0:
 		return nil, fmt.Sprintf("%d requests had a path no path pattern can match (policy.NormalizePath refused it)", t.badPaths)
 	case t.passthrough > 0:
