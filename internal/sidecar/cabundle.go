@@ -1,17 +1,11 @@
-package main
+package sidecar
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 )
-
-// caBundleFlags registers --ca-bundle-out: in a Kubernetes pod the sidecar writes the trust
-// store of the app containers into a volume they mount read-only, so they trust its
-// interception CA without ever seeing its key (which stays in --state-dir).
-func caBundleFlags(fs *flagSet, c *runConfig) {
-	fs.StringVar(&c.caBundleOut, "ca-bundle-out", "", "write a CA bundle (system roots + this sidecar's interception CA) to this file at start, for the sandbox's SSL_CERT_FILE")
-}
 
 // systemTrustFiles are the trust stores the bundle starts from, in the order Go's crypto/x509
 // tries them on Linux.
@@ -44,22 +38,22 @@ func writeCABundle(file string, caPEM []byte) error {
 	b.Write(caPEM)
 	tmp, err := os.CreateTemp(filepath.Dir(file), ".ca-bundle-*")
 	if err != nil {
-		return failf("--ca-bundle-out: %v", err)
+		return fmt.Errorf("--ca-bundle-out: %v", err)
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
 	if _, err := tmp.Write(b.Bytes()); err != nil {
 		tmp.Close()
-		return failf("--ca-bundle-out: write %s: %v", tmp.Name(), err)
+		return fmt.Errorf("--ca-bundle-out: write %s: %v", tmp.Name(), err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
-		return failf("--ca-bundle-out: %v", err)
+		return fmt.Errorf("--ca-bundle-out: %v", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return failf("--ca-bundle-out: %v", err)
+		return fmt.Errorf("--ca-bundle-out: %v", err)
 	}
 	if err := os.Rename(tmp.Name(), file); err != nil {
-		return failf("--ca-bundle-out: %v", err)
+		return fmt.Errorf("--ca-bundle-out: %v", err)
 	}
 	return nil
 }
