@@ -112,24 +112,25 @@ func (c *configMap) file() string { return filepath.Join(c.dir, "policy.yaml") }
 
 // swap publishes body as the ConfigMap's new content, as the kubelet does: a new
 // timestamped directory, a ..data_tmp symlink to it, renamed over ..data.
-func (c *configMap) swap(t *testing.T, body string) {
-	t.Helper()
+// It is not safe for concurrent use.
+func (c *configMap) swap(body string) error {
 	c.n++
-	ts := filepath.Join(c.dir, "..2026_"+time.Now().Format("150405")+"_"+strconv.Itoa(c.n))
+	ts := filepath.Join(c.dir, "..2026_11_23_"+strconv.Itoa(c.n))
 	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	writePolicy(t, filepath.Join(ts, "policy.yaml"), body)
+	if err := os.WriteFile(filepath.Join(ts, "policy.yaml"), []byte(body), 0o644); err != nil {
+		return err
+	}
 	tmp := filepath.Join(c.dir, "..data_tmp")
 	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if c.n == 1 {
-		if err := os.Symlink(filepath.Join("..data", "policy.yaml"), c.file()); err != nil {
-			t.Fatal(err)
-		}
+		return os.Symlink(filepath.Join("..data", "policy.yaml"), c.file())
 	}
+	return nil
 }
