@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock-dev/airlock/credentials"
-	"github.com/airlock-dev/airlock/credentials/vault"
 	"github.com/airlock-dev/airlock/internal/sidecar"
 )
 
@@ -120,16 +118,16 @@ func limitFlags(fs *flagSet, l *sidecar.Limits) {
 func credentialFlags(fs *flagSet, c *sidecar.Config) {
 	v := &c.Vault
 	fs.StringVar(&v.Addr, "vault-addr", "", "Vault address for `vault:` secrets (also read from VAULT_ADDR); empty: vault secrets are unavailable")
-	fs.StringVar(&v.Auth, "vault-auth", vault.AuthToken, "Vault auth method: token (VAULT_TOKEN or --vault-token-file) | approle | kubernetes")
+	fs.StringVar(&v.Auth, "vault-auth", sidecar.DefaultVaultAuth, "Vault auth method: token (VAULT_TOKEN or --vault-token-file) | approle | kubernetes")
 	fs.StringVar(&v.CACert, "vault-ca-cert", "", "PEM file of the CA that signs Vault's certificate (also read from VAULT_CACERT)")
 	fs.StringVar(&v.TokenFile, "vault-token-file", "", "file holding the Vault token, re-read when it changes (token auth without VAULT_TOKEN)")
 	fs.StringVar(&v.RoleIDFile, "vault-role-id-file", "", "file holding the AppRole role_id (approle auth)")
 	fs.StringVar(&v.SecretIDFile, "vault-secret-id-file", "", "file holding the AppRole secret_id, read at each login (approle auth)")
 	fs.StringVar(&v.AppRoleMount, "vault-approle-mount", "approle", "AppRole auth mount path")
 	fs.StringVar(&v.K8sRole, "vault-k8s-role", "", "Vault role for kubernetes auth")
-	fs.StringVar(&v.K8sJWTFile, "vault-k8s-jwt-file", vault.DefaultKubernetesJWTFile, "service-account JWT for kubernetes auth")
+	fs.StringVar(&v.K8sJWTFile, "vault-k8s-jwt-file", sidecar.DefaultVaultK8sJWTFile, "service-account JWT for kubernetes auth")
 	fs.StringVar(&v.K8sMount, "vault-k8s-mount", "kubernetes", "Kubernetes auth mount path")
-	fs.DurationVar(&c.CredentialCacheTTL, "credential-cache-ttl", credentials.DefaultCacheTTL, "how long a fetched secret may be used; refreshed after half of it, served while the source is down until all of it has passed")
+	fs.DurationVar(&c.CredentialCacheTTL, "credential-cache-ttl", sidecar.DefaultCredentialCacheTTL, "how long a fetched secret may be used; refreshed after half of it, served while the source is down until all of it has passed")
 }
 
 // vaultEnv takes VAULT_ADDR and VAULT_CACERT for flags not set otherwise, and VAULT_TOKEN.

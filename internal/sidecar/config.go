@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/airlock-dev/airlock/credentials"
 	"github.com/airlock-dev/airlock/credentials/vault"
 )
 
@@ -109,8 +110,17 @@ type VaultConfig struct {
 	K8sMount     string
 }
 
-// DefaultTransparentPorts are the TCP ports redirected to the transparent listener.
-const DefaultTransparentPorts = "80,443"
+// Defaults of Config fields that cmd/airlock's flags show.
+const (
+	// DefaultTransparentPorts are the TCP ports redirected to the transparent listener.
+	DefaultTransparentPorts = "80,443"
+	// DefaultVaultAuth is the Vault auth method: a token (VAULT_TOKEN or a token file).
+	DefaultVaultAuth = vault.AuthToken
+	// DefaultVaultK8sJWTFile is the service-account JWT for Vault's kubernetes auth.
+	DefaultVaultK8sJWTFile = vault.DefaultKubernetesJWTFile
+	// DefaultCredentialCacheTTL is how long a fetched secret may be used.
+	DefaultCredentialCacheTTL = credentials.DefaultCacheTTL
+)
 
 // Validate rejects settings this build cannot honour, so nothing silently runs with less
 // enforcement than asked for. Each error is one line naming the flag.
