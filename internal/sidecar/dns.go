@@ -29,7 +29,6 @@ type dnsComponent struct {
 	applied *policy.Policy
 
 	closeOnce sync.Once
-	closeErr  error
 }
 
 func (d *dnsComponent) name() string { return "DNS filter" }
