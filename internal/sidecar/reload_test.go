@@ -293,3 +293,35 @@ func TestReloadNeverAppliesOlderPolicy(t *testing.T) {
 		t.Errorf("DNS filter: got %s, want v2", p.Name())
 	}
 }
+
+// A ConfigMap update alone (the kubelet's ..data symlink swap, no signal) reloads the
+// policy everywhere.
+func TestReloadOnConfigMapSwap(t *testing.T) {
+	cm := &configMap{dir: t.TempDir()}
+	if err := cm.swap(racePolicy(0)); err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeEnforcer{}
+	var stderr syncBuffer
+	cfg := testConfig(t, cm.file(), &stderr)
+	cfg.Cgroup, cfg.AttachKernel = "/fake-cgroup", fake.attach
+	s := startSidecar(t, cfg)
+	if err := cm.swap(racePolicy(3)); err != nil {
+		t.Fatal(err)
+	}
+	// Poll under a failure deadline: the watcher debounces the swap's events.
+	deadline := time.Now().Add(waitTimeout)
+	for !fake.saw(3) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ConfigMap swap was not reloaded; log:\n%s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.reload.sync(context.Background())
+	if _, p := s.dns.appliedPolicy(); p.Name() != "v3" || s.store.Current().Name() != "v3" {
+		t.Errorf("DNS filter %s, store %s: want v3", p.Name(), s.store.Current().Name())
+	}
+	if _, report := fake.state(); !report {
+		t.Errorf("kernel mode: enforce, want report (v3)")
+	}
+}
