@@ -100,8 +100,8 @@ func (m *streamMeter) observe(name string, data []byte) eventAction {
 	return forward
 }
 
-// observeChat looks at an OpenAI chat or completions event. final means act is the answer;
-// otherwise observe goes on to its generic error check.
+// observeChat meters an OpenAI chat or completions chunk. final means act is the answer and
+// the generic error check is not needed.
 func (m *streamMeter) observeChat(data []byte) (act eventAction, final bool) {
 	if bytes.Equal(bytes.TrimSpace(data), dataDone) {
 		m.done = true
@@ -138,7 +138,7 @@ func (m *streamMeter) observeChat(data []byte) (act eventAction, final bool) {
 	return forward, false
 }
 
-// observeMessages looks at an Anthropic messages event.
+// observeMessages meters an Anthropic Messages event.
 func (m *streamMeter) observeMessages(name string, data []byte) {
 	switch name {
 	case "content_block_delta":
@@ -166,7 +166,7 @@ func (m *streamMeter) observeMessages(name string, data []byte) {
 	}
 }
 
-// observeResponses looks at an OpenAI responses event.
+// observeResponses meters an OpenAI Responses event.
 func (m *streamMeter) observeResponses(name string, data []byte) {
 	switch name {
 	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",

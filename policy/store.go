@@ -33,6 +33,9 @@ type Store struct {
 	// reloaded gets a token after each successful Reload, so Notify watches the directories
 	// of files the new policy extends.
 	reloaded chan struct{}
+	// watching is closed (once, by watchingOnce) when a Watch or Notify first watches.
+	watching     chan struct{}
+	watchingOnce sync.Once
 }
 
 // NewStore returns a store serving p, reloading from path. It has no side effects. A nil p
@@ -41,7 +44,8 @@ func NewStore(path string, p *Policy) *Store {
 	if p == nil {
 		p = offlinePolicy()
 	}
-	s := &Store{path: path, debounce: defaultDebounce, reloaded: make(chan struct{}, 1)}
+	s := &Store{path: path, debounce: defaultDebounce, reloaded: make(chan struct{}, 1),
+		watching: make(chan struct{})}
 	s.cur.Store(p)
 	return s
 }
@@ -99,6 +103,10 @@ func (s *Store) Watch(ctx context.Context, report func(*Policy, error)) error {
 	})
 }
 
+// Watching is closed once a Watch or Notify watches the policy's directories: from then on a
+// change of the file is seen.
+func (s *Store) Watching() <-chan struct{} { return s.watching }
+
 // Notify watches the policy file and the files it extends like Watch, but does not reload:
 // after each debounced burst of changes it calls changed(nil), and the caller reloads. A
 // watcher error is passed as changed(err) and watching goes on. After every successful
@@ -118,6 +126,7 @@ func (s *Store) Notify(ctx context.Context, changed func(error)) error {
 	if s.onWatching != nil {
 		s.onWatching()
 	}
+	s.watchingOnce.Do(func() { close(s.watching) })
 	timer := time.NewTimer(s.debounce)
 	timer.Stop()
 	for {

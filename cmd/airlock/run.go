@@ -8,9 +8,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/proxy"
 )
 
 const runLong = `
@@ -106,12 +106,12 @@ func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
 
 // limitFlags registers the proxy's resource limits.
 func limitFlags(fs *flagSet, l *sidecar.Limits) {
-	fs.IntVar(&l.MaxTunnels, "max-tunnels", 1024, "concurrent CONNECT tunnels; beyond this requests get 429 with Retry-After")
-	fs.DurationVar(&l.DialTimeout, "dial-timeout", 10*time.Second, "upstream resolve+connect timeout (504 when exceeded)")
-	fs.DurationVar(&l.IdleTimeout, "idle-timeout", 5*time.Minute, "close tunnels and keep-alive connections idle this long")
-	fs.DurationVar(&l.ResponseHeaderTimeout, "response-header-timeout", 60*time.Second, "wait this long for upstream response headers (504 when exceeded)")
-	fs.IntVar(&l.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted")
-	fs.Int64Var(&l.MaxRequestBodyBytes, "max-request-body", 100<<20, "largest request body accepted (413 beyond)")
+	fs.IntVar(&l.MaxTunnels, "max-tunnels", proxy.DefaultMaxTunnels, "concurrent CONNECT tunnels; beyond this requests get 429 with Retry-After")
+	fs.DurationVar(&l.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "upstream resolve+connect timeout (504 when exceeded)")
+	fs.DurationVar(&l.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close tunnels and keep-alive connections idle this long")
+	fs.DurationVar(&l.ResponseHeaderTimeout, "response-header-timeout", proxy.DefaultResponseHeaderTimeout, "wait this long for upstream response headers (504 when exceeded)")
+	fs.IntVar(&l.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request header block accepted")
+	fs.Int64Var(&l.MaxRequestBodyBytes, "max-request-body", proxy.DefaultMaxRequestBodyBytes, "largest request body accepted (413 beyond)")
 }
 
 // credentialFlags registers the credential broker's flags.

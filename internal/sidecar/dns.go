@@ -81,18 +81,15 @@ func (d *dnsComponent) upstreams() ([]netip.AddrPort, error) {
 	if flag == "" {
 		return nil, nil
 	}
+	out, err := policy.ParseUpstreams(strings.Split(flag, ","))
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-dns %q: want ip:port: %v", flag, err)
+	}
 	own := addrOf(d.s.sockets.dnsLn)
-	var out []netip.AddrPort
-	for _, u := range strings.Split(flag, ",") {
-		u = strings.TrimSpace(u)
-		ap, err := parseUpstream(u)
-		if err != nil {
-			return nil, fmt.Errorf("--upstream-dns %q: want ip:port", flag)
-		}
+	for _, ap := range out {
 		if ap == own {
 			return nil, fmt.Errorf("--upstream-dns %s is the DNS filter's own --dns-addr; name the resolver it should forward to", ap)
 		}
-		out = append(out, ap)
 	}
 	return out, nil
 }

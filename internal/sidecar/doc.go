@@ -6,8 +6,9 @@
 // a Start that opens its sockets and starts serving, and an idempotent Close. Start runs
 // them in order and, when one fails, closes the ones already started in reverse order (a
 // partial start is unwound); Close stops them in reverse order. The shared inputs (policy
-// store, own-address list, resolver, audit logger, metrics registry, logger, interception
-// CA) are built once by the Sidecar and handed to every component that needs them.
+// store, own-address list and SSRF dial guard of package egress, resolver, audit logger,
+// metrics registry, logger, interception CA) are built once by the Sidecar and handed to
+// every component that needs them.
 //
 // One goroutine owns policy reloads (SIGHUP and changes of the policy file, including the
 // kubelet's ConfigMap symlink swap): it reloads the store and applies the new policy to the

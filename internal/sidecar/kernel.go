@@ -54,7 +54,7 @@ func (k *kernel) start(context.Context) error {
 	}
 	k.enf = enf
 	if k.transparentLn != nil {
-		k.s.self.add(k.transparentLn)
+		k.s.self.AddListener(k.transparentLn)
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func ebpfTransparent(t *KernelTransparent) *ebpf.Transparent {
 func denyAuditEvent(ev ebpf.DenyEvent) audit.Event {
 	e := audit.Event{
 		Time: ev.Time, Kind: audit.KindConnect, Decision: audit.DecisionDeny,
-		Reason: "kernel_" + string(ev.Reason),
+		Reason: string(policy.KernelReason(string(ev.Reason))),
 	}
 	if ev.Report {
 		e.Decision = audit.DecisionReport // would_deny follows from it

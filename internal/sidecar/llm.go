@@ -38,7 +38,7 @@ func (l *llmComponent) start(context.Context) error {
 	if l.ln, err = net.Listen("tcp", s.cfg.LLMAddr); err != nil {
 		return fmt.Errorf("--llm-addr: %v", err)
 	}
-	s.self.add(l.ln)
+	s.self.AddListener(l.ln)
 	p, err := llmproxy.New(llmproxy.Config{
 		Policy: s.store,
 		// Provider keys come from the credential broker (env, file or Vault sources); it fails
@@ -48,8 +48,7 @@ func (l *llmComponent) start(context.Context) error {
 		Audit:      s.audit,
 		Logger:     s.log,
 		Registerer: s.reg,
-		Resolver:   s.resolver,
-		SelfAddrs:  s.self.list(),
+		Guard:      s.guard,
 	})
 	if err != nil {
 		return err

@@ -26,12 +26,11 @@ func (p *proxyComponent) start(context.Context) error {
 	var err error
 	p.proxy, err = proxy.New(proxy.Config{
 		Policy:      s.store,
-		Resolver:    s.resolver,
+		Guard:       s.guard,
 		Audit:       s.audit,
 		Logger:      s.log,
 		Registerer:  s.reg,
 		CA:          s.ca,
-		SelfAddrs:   s.self.list(),
 		NameAddrs:   s.dns.nameAddrs(),
 		OriginalDst: s.kernel.originalDst(),
 		Injector:    s.creds.injector(),

@@ -41,9 +41,12 @@ func newReloader(s *Sidecar) *reloader {
 
 func (r *reloader) name() string { return "policy reloader" }
 
-// start watches the policy file and starts the reload goroutine.
+// start starts the reload goroutine and the file watch, and returns once the watch is in
+// place (or has failed, which is logged: SIGHUP still reloads), so that any later change of
+// the file is seen.
 func (r *reloader) start(ctx context.Context) error {
 	ctx, r.cancel = context.WithCancel(ctx)
+	watchDone := make(chan struct{})
 	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
@@ -51,8 +54,13 @@ func (r *reloader) start(ctx context.Context) error {
 	}()
 	go func() {
 		defer r.wg.Done()
+		defer close(watchDone)
 		r.watch(ctx)
 	}()
+	select {
+	case <-r.s.store.Watching():
+	case <-watchDone:
+	}
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"strings"
 
 	"github.com/airlock-dev/airlock/policy"
@@ -26,12 +25,12 @@ func newResolver(flagAddr string, pol *policy.Policy) (*net.Resolver, error) {
 	if len(upstreams) == 0 {
 		return &net.Resolver{PreferGo: true}, nil
 	}
-	addrs := make([]string, len(upstreams))
-	for i, u := range upstreams {
-		ap, err := parseUpstream(strings.TrimSpace(u))
-		if err != nil {
-			return nil, fmt.Errorf("upstream DNS %q: want ip:port", upstreams[i])
-		}
+	aps, err := policy.ParseUpstreams(upstreams)
+	if err != nil {
+		return nil, fmt.Errorf("upstream DNS: %w", err)
+	}
+	addrs := make([]string, len(aps))
+	for i, ap := range aps {
 		addrs[i] = ap.String()
 	}
 	var d net.Dialer
@@ -53,12 +52,4 @@ func newResolver(flagAddr string, pol *policy.Policy) (*net.Resolver, error) {
 			return nil, firstErr
 		},
 	}, nil
-}
-
-// parseUpstream parses a resolver address, "ip" (port 53) or "ip:port".
-func parseUpstream(u string) (netip.AddrPort, error) {
-	if _, _, err := net.SplitHostPort(u); err != nil {
-		u = net.JoinHostPort(u, "53")
-	}
-	return netip.ParseAddrPort(u)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/credentials"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
 )
@@ -46,7 +47,10 @@ type Sidecar struct {
 	reg      *prometheus.Registry
 	resolver *net.Resolver
 	ca       *proxy.CA
-	self     *selfAddrs
+	guard    *egress.Guard
+	// self is the guard's own-address list: every listener registers into it as it opens,
+	// and the proxy and the model API never dial any of them.
+	self *egress.SelfAddrs
 
 	// The components, in start order.
 	sockets *sockets
@@ -82,7 +86,7 @@ func New(cfg Config) (*Sidecar, error) {
 	if cfg.AttachKernel == nil {
 		cfg.AttachKernel = AttachEBPF
 	}
-	s := &Sidecar{cfg: cfg, redactor: credentials.NewRedactor(), self: &selfAddrs{},
+	s := &Sidecar{cfg: cfg, redactor: credentials.NewRedactor(), self: egress.NewSelfAddrs(nil),
 		ready: make(chan struct{}), errs: make(chan error, 1)}
 	s.sockets = &sockets{s: s}
 	s.kernel = &kernel{s: s}
@@ -160,7 +164,7 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 }
 
 // shared builds the inputs every component shares: logger, policy store, audit logger,
-// interception CA (and the sandbox's trust bundle), resolver and metrics registry.
+// interception CA (and the sandbox's trust bundle), resolver, dial guard and metrics registry.
 func (s *Sidecar) shared() error {
 	stderr := s.redactor.Writer(s.cfg.Stderr) // no secret value reaches a log line or an audit event
 	s.log = logrus.New()
@@ -188,6 +192,11 @@ func (s *Sidecar) shared() error {
 		return err
 	}
 	if s.resolver, err = newResolver(s.cfg.UpstreamDNS, pol); err != nil {
+		s.audit.Close()
+		return err
+	}
+	// One SSRF dial guard for everything that dials out (the proxy and the model API).
+	if s.guard, err = egress.New(egress.Config{Resolver: s.resolver, DialTimeout: s.cfg.Limits.DialTimeout, Self: s.self}); err != nil {
 		s.audit.Close()
 		return err
 	}

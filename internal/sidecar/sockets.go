@@ -5,41 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
-	"sync"
 
 	"github.com/airlock-dev/airlock/dnsfilter"
 )
-
-// selfAddrs is the sidecar's own-address list: every listener registers into it as it
-// opens, and the proxy and the model API refuse to dial any of them (no request may loop
-// back into airlock). It is built once and shared.
-type selfAddrs struct {
-	// mu guards addrs.
-	mu    sync.Mutex
-	addrs []netip.AddrPort
-}
-
-// add registers the addresses of the listeners (nil ones are skipped).
-func (a *selfAddrs) add(ls ...net.Listener) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, l := range ls {
-		if l == nil {
-			continue
-		}
-		if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil {
-			a.addrs = append(a.addrs, ap)
-		}
-	}
-}
-
-// list returns a copy of the addresses registered so far.
-func (a *selfAddrs) list() []netip.AddrPort {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return slices.Clone(a.addrs)
-}
 
 // sockets opens the listeners whose addresses the later components need before they start:
 // the explicit proxy, the admin endpoints and the DNS filter's UDP and TCP sockets (the
@@ -71,7 +39,9 @@ func (k *sockets) start(context.Context) error {
 			return fmt.Errorf("--dns-addr: %v", err)
 		}
 	}
-	k.s.self.add(k.proxy, k.admin, k.dnsLn)
+	for _, l := range []net.Listener{k.proxy, k.admin, k.dnsLn} {
+		k.s.self.AddListener(l)
+	}
 	return nil
 }
 
