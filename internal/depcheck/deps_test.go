@@ -61,6 +61,7 @@ var ours = map[string]may{
 		"proxy":            "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
 		"credentials":      "airlock policy placeholders computes placeholders with the state directory's key",
 		"llmproxy":         "airlock usage reads the usage ledger",
+		"policy/learn":     "airlock policy learn|replay: candidate policies from audit trails",
 	},
 	"internal/sidecar": {
 		"proxy": "wires the proxy", "dnsfilter": "wires the DNS filter", "llmproxy": "wires the model API",
@@ -79,6 +80,7 @@ var ours = map[string]may{
 	"sandbox": {"policy": "checks the policy it starts a sidecar with",
 		"internal/trust": "builds the sandbox's CA bundle"},
 	"sandbox/kube":   {"policy": "checks the policy of the pods it creates", "sandbox": "shares the manager's types"},
+	"policy/learn":   {"policy": "writes and decides candidate policies", "audit": "reads audit trails"},
 	"ebpf":           {},
 	"internal/trust": {},
 	"policy":         {},
