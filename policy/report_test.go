@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,5 +58,23 @@ func TestReportInterceptAllNeedsReportMode(t *testing.T) {
 	}
 	if d := p.Decide(Request{Host: "open.test", Port: 443}); d.Intercept || p.InterceptAll() {
 		t.Errorf("interceptAll false: got intercept %t, want false", d.Intercept)
+	}
+}
+
+// TestReportInterceptAllNotInherited: a child of a recording parent intercepts only if it
+// says so itself.
+func TestReportInterceptAllNotInherited(t *testing.T) {
+	dir := t.TempDir()
+	parent := strings.Replace(interceptAllPolicy, "%s", "report", 1)
+	if err := os.WriteFile(filepath.Join(dir, "parent.yaml"), []byte(parent), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	child := "apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata:\n  name: child\nspec:\n  mode: report\n  extends: [\"./parent.yaml\"]\n"
+	p, err := Parse(filepath.Join(dir, "child.yaml"), []byte(child))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.InterceptAll() || p.Decide(Request{Host: "open.test", Port: 443}).Intercept {
+		t.Error("the child inherited interceptAll")
 	}
 }
