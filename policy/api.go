@@ -52,6 +52,8 @@ const (
 	ReasonTCPOnly          Reason = "tcp_only"           // only a protocol: tcp rule matches; it is not proxied
 	ReasonOffline          Reason = "offline"            // the policy allows no egress at all
 	ReasonPublicAddress    Reason = "public_address"     // CheckAddr: the address is public; no rule is involved
+	ReasonMethodOverride   Reason = "method_override"    // a rule limits methods and the request carries a method override
+	ReasonAmbiguousPath    Reason = "ambiguous_path"     // a rule limits paths and the path holds bytes that are not UTF-8, or Unicode that normalises to ".", "/" or a backslash
 )
 
 // Request holds the facts a decision is made from. All fields are as the client sent them;
@@ -70,8 +72,15 @@ type Request struct {
 	// decision is Allow when some rule allows this host and port for some request.
 	Method string
 	// Path is the raw request path (may be percent-encoded, may hold a query string, which is
-	// ignored). Empty with a non-empty Method means "/".
+	// ignored except for method-override parameters, see MethodOverride). Empty with a
+	// non-empty Method means "/".
 	Path string
+	// OverrideHeader names a method-override header the request carries (see
+	// IsMethodOverrideHeader), "" when it carries none. Where the matching L7 rule limits
+	// methods, such a request is denied with ReasonMethodOverride: servers that honour the
+	// header run its method, not Method. Decide finds override query parameters in Path
+	// itself.
+	OverrideHeader string
 }
 
 // Decision is the result of Decide or CheckAddr. It never carries a secret value.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +120,7 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 		return x.deny(r, policy.Decision{Reason: ReasonHostMismatch, Host: h.Name, Port: x.port, Detail: detail})
 	}
 	x.d = x.pol.Decide(policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
-		Method: r.Method, Path: r.URL.EscapedPath()})
+		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)})
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
 	}
@@ -127,6 +128,27 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 		return x.fail(r, http.StatusRequestEntityTooLarge, codeTooLarge, failBodyLimit)
 	}
 	return nil
+}
+
+// pathAndQuery is the request's path with its query, which the policy reads for
+// method-override parameters.
+func pathAndQuery(u *url.URL) string {
+	if u.RawQuery == "" && !u.ForceQuery {
+		return u.EscapedPath()
+	}
+	return u.EscapedPath() + "?" + u.RawQuery
+}
+
+// overrideHeader names a method-override header h holds (policy.IsMethodOverrideHeader),
+// or "". The first in sorted order is named, so the audit detail is stable.
+func overrideHeader(h http.Header) string {
+	found := ""
+	for k := range h {
+		if policy.IsMethodOverrideHeader(k) && (found == "" || k < found) {
+			found = k
+		}
+	}
+	return found
 }
 
 // hostMismatch says why the request's Host header does not name host:port, or "".
