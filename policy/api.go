@@ -103,6 +103,10 @@ type Decision struct {
 	// the connection) needs TLS interception: a rule matching host and port has L7 http rules
 	// or inject entries.
 	Intercept bool
+	// AllowMissingSNI is true, on a connection-level decision, when a rule matching host and
+	// port sets allowMissingSNI: a passthrough tunnel may carry a ClientHello without a
+	// server name.
+	AllowMissingSNI bool
 	// Host is the normalised host the decision was made on (punycode, lower case, no trailing
 	// dot; an IP literal in canonical form).
 	Host string

@@ -81,6 +81,7 @@ func (p *Policy) decide(r Request) Decision {
 	if method == "" || method == "CONNECT" {
 		d = allow(d, proxied[0], fmt.Sprintf("rule %q allows connections to %s port %d", proxied[0].spec.Name, h.Name, port))
 		d.Intercept = slices.ContainsFunc(proxied, (*rule).intercept)
+		d.AllowMissingSNI = slices.ContainsFunc(proxied, func(x *rule) bool { return x.spec.AllowMissingSNI })
 		return d
 	}
 	override := r.OverrideHeader
