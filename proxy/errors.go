@@ -27,9 +27,11 @@ var (
 	errBodyTooLarge = errors.New("request body too large")
 	errResolve      = errors.New("resolve failed")
 	errSNIMismatch  = errors.New("tls server name does not match the tunnel host")
-	errNoHello      = errors.New("no ClientHello")
 	errNoExchange   = errors.New("upstream dial outside of a decided request")
 	errNoInjector   = errors.New("no credential broker is configured")
+	// errRefusedStream ends a tunnel whose first bytes were refused (the refusal is recorded
+	// on the tunnel).
+	errRefusedStream = errors.New("tunnel stream refused")
 )
 
 // Proxy-level reason codes. They sit beside the policy's reasons in audit events and in the
@@ -47,12 +49,20 @@ const (
 	// ReasonOriginalDstUnknown: the original destination of a transparent connection could not
 	// be found.
 	ReasonOriginalDstUnknown policy.Reason = "original_destination_unknown"
-	// ReasonSNIMissing: a transparent TLS connection sent no server name to decide on.
+	// ReasonSNIMissing: a TLS ClientHello names no server: on a transparent connection whose
+	// original address no cidrs rule names, or in a CONNECT tunnel to a name whose rules do
+	// not set allowMissingSNI.
 	ReasonSNIMissing policy.Reason = "sni_missing"
-	// ReasonBadClientHello: the client's first bytes start a TLS handshake that cannot be parsed.
+	// ReasonBadClientHello: the client's first bytes are TLS the proxy cannot classify: a
+	// ClientHello that does not parse, another record type before or among its records, an
+	// SSLv2-compatible hello, duplicate extensions or server names, an encrypted ClientHello.
 	ReasonBadClientHello policy.Reason = "bad_client_hello"
-	// ReasonUnknownProtocol: a transparent connection speaks neither TLS nor HTTP.
+	// ReasonUnknownProtocol: a transparent connection speaks neither TLS nor HTTP, or a
+	// tunnel's first text line is too long to tell whether it is HTTP.
 	ReasonUnknownProtocol policy.Reason = "unknown_protocol"
+	// ReasonTunnelHTTP: a CONNECT tunnel that is not intercepted carries cleartext HTTP, whose
+	// Host header the proxy would not check.
+	ReasonTunnelHTTP policy.Reason = "http_in_tunnel"
 	// ReasonTunnelLimit: MaxTunnels tunnels are open already (429).
 	ReasonTunnelLimit policy.Reason = "tunnel_limit"
 )
