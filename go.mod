@@ -3,11 +3,13 @@ module github.com/airlock-dev/airlock
 go 1.26.0
 
 require (
+	github.com/andybalholm/brotli v1.2.1
 	github.com/anthropics/anthropic-sdk-go v1.84.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/elazarl/goproxy v1.9.2
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/hashicorp/vault/api v1.22.0
+	github.com/klauspost/compress v1.20.1
 	github.com/miekg/dns v1.1.73
 	github.com/openai/openai-go/v3 v3.96.0
 	github.com/prometheus/client_golang v1.25.0

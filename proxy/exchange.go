@@ -199,7 +199,18 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		return x.fail(r, http.StatusBadGateway, codeUnreachable, failUpgrade), nil
 	}
 	if f, ok := x.p.cfg.Injector.(ResponseFilter); ok {
-		resp = f.FilterResponse(resp)
+		x.mu.Lock()
+		injected := len(x.secrets) > 0
+		x.mu.Unlock()
+		filtered, err := f.FilterResponse(resp, injected)
+		if err != nil {
+			if ref, ok := asRefusal(err); ok {
+				return x.deny(r, x.refusalDecision(ref)), nil
+			}
+			x.setError(fmt.Errorf("filter response: %w", err))
+			return x.fail(r, http.StatusBadGateway, codeUnreachable, failFilter), nil
+		}
+		resp = filtered
 	}
 	if decision, _ := x.outcome(); decision == audit.DecisionReport {
 		resp.Header.Set(headerDecision, audit.DecisionReport)
