@@ -125,7 +125,7 @@ func (l *lazyDecoder) Close() error {
 // the raw body is read to its end too, so net/http has filled in the trailers, and the
 // trailers are scrubbed before the reader reports EOF (goproxy copies them after that).
 type scrubbedBody struct {
-	io.Reader        // the scrubbed, decoded body
+	io.Reader // the scrubbed, decoded body
 	dec       io.Closer
 	raw       io.ReadCloser
 	resp      *http.Response
