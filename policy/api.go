@@ -103,6 +103,10 @@ type Decision struct {
 	// the connection) needs TLS interception: a rule matching host and port has L7 http rules
 	// or inject entries.
 	Intercept bool
+	// LimitsMethods is true when the L7 entry that allowed the request lists methods: a
+	// method override anywhere the server reads one (a form body's _method, which Decide
+	// cannot see) must then be refused too (FormMethodOverride).
+	LimitsMethods bool
 	// AllowMissingSNI is true, on a connection-level decision, when a rule matching host and
 	// port sets allowMissingSNI: a passthrough tunnel may carry a ClientHello without a
 	// server name.

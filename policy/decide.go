@@ -132,9 +132,11 @@ func decideRequest(d Decision, rules []*rule, method, rawPath, override string) 
 				continue
 			}
 			if m.paths == nil {
+				d.LimitsMethods = m.methods != nil
 				return allow(d, r, fmt.Sprintf("rule %q allows %s on every path", r.spec.Name, method))
 			}
 			if pp, ok := pc.match(r, m.paths); ok {
+				d.LimitsMethods = m.methods != nil
 				return allow(d, r, fmt.Sprintf("rule %q allows %s %s (pattern %q)", r.spec.Name, method, pc.path, pp.raw))
 			}
 		}

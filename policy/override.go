@@ -77,6 +77,11 @@ func queryOverride(rawPath string) string {
 	return ""
 }
 
+// FormMethodOverride returns the name of the first method-override parameter in an
+// application/x-www-form-urlencoded body (Rails, Laravel and Symfony read _method there), as
+// sent, or "". Names are read as in a query string.
+func FormMethodOverride(body string) string { return queryOverride("?" + body) }
+
 // percentDecodeLoose decodes every valid %XX escape of s and keeps anything else as it is.
 func percentDecodeLoose(s string) (string, bool) {
 	if !strings.Contains(s, "%") {

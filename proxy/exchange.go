@@ -1,13 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,10 +128,53 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
 	}
+	if d, ok := x.checkFormOverride(r); !ok {
+		return x.deny(r, d)
+	}
 	if r.ContentLength > x.p.cfg.MaxRequestBodyBytes {
 		return x.fail(r, http.StatusRequestEntityTooLarge, codeTooLarge, failBodyLimit)
 	}
 	return nil
+}
+
+// maxFormCheck bounds the form body read to look for a method override.
+const maxFormCheck = 1 << 20
+
+// checkFormOverride refuses, where the allowing entry limits methods (in enforce mode), an
+// application/x-www-form-urlencoded body holding a _method parameter: Rails, Laravel and
+// Symfony run that method instead. It reads such a body (up to maxFormCheck, more is refused)
+// and puts it back.
+func (x *exchange) checkFormOverride(r *http.Request) (policy.Decision, bool) {
+	if !x.d.LimitsMethods || x.d.WouldDeny || r.Body == nil || r.Body == http.NoBody {
+		return policy.Decision{}, true
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		mt = strings.ToLower(r.Header.Get("Content-Type"))
+	}
+	if !strings.Contains(mt, "x-www-form-urlencoded") {
+		return policy.Decision{}, true
+	}
+	refuse := func(detail string) (policy.Decision, bool) {
+		return policy.Decision{Verdict: policy.Deny, Reason: policy.ReasonMethodOverride, Rule: x.d.Rule,
+			Host: x.d.Host, Port: x.d.Port, Detail: detail}, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxFormCheck+1))
+	switch {
+	case err != nil:
+		return refuse("the form body could not be read to check it for a method override")
+	case len(body) > maxFormCheck:
+		return refuse(fmt.Sprintf("rule %q limits methods and the form body is over %d bytes, too large to check for a method override", x.d.Rule, maxFormCheck))
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{bytes.NewReader(body), r.Body}
+	if name := policy.FormMethodOverride(string(body)); name != "" {
+		return refuse(fmt.Sprintf("rule %q limits methods and the form body carries method override %q (a server may run another method than %s)",
+			x.d.Rule, name, r.Method))
+	}
+	return policy.Decision{}, true
 }
 
 // pathAndQuery is the request's path with its query, which the policy reads for
