@@ -258,3 +258,37 @@ func TestTransparentRecordsBeforeHello(t *testing.T) {
 		t.Errorf("the upstream served %v, want nothing", got)
 	}
 }
+
+// TestTransparentNoSNI: a transparent TLS connection without a server name is decided on its
+// original address: refused unless a rule names the address by CIDR.
+func TestTransparentNoSNI(t *testing.T) {
+	egress := basicEgress + `    - name: by-address
+      cidrs: ["198.18.0.30/32"]
+      ports: [443]
+`
+	h, od := newTransparentHarness(t, egress)
+	up := newFrontedUpstream(t, h.upstream)
+	h.route(addrAPI, 443, up.srv)
+	h.route(netip.MustParseAddr("198.18.0.30"), 443, up.srv)
+	for i, tc := range []struct {
+		orig string
+		ok   bool
+	}{{"198.18.0.10:443", false}, {"198.18.0.30:443", true}} {
+		od.set(netip.MustParseAddrPort(tc.orig))
+		c, err := net.Dial("tcp", h.taddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := tlsGet(c, &tls.Config{InsecureSkipVerify: true}, "secret.test")
+		c.Close()
+		if (err == nil) != tc.ok {
+			t.Fatalf("%s without SNI: %q, %v; want ok=%v", tc.orig, body, err, tc.ok)
+		}
+		ev := h.log.wait(t, 1)[i]
+		if !tc.ok {
+			checkEvent(t, ev, map[string]any{"decision": "deny", "reason": "sni_missing"})
+		} else {
+			checkEvent(t, ev, map[string]any{"decision": "allow", "rule": "by-address"})
+		}
+	}
+}
