@@ -55,7 +55,8 @@ type Injector interface {
 // echoed back) before they reach the sandbox. FilterResponse may replace resp's header
 // values, body and trailers; it must not block. injected says whether the request carried
 // an injected secret. An error refuses the response: a Refusal is a denial (403, its
-// reason), anything else a 502; FilterResponse closes resp's body then.
+// reason), anything else a denial as response_undecodable; FilterResponse closes resp's
+// body then.
 type ResponseFilter interface {
 	FilterResponse(resp *http.Response, injected bool) (*http.Response, error)
 }

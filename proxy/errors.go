@@ -63,6 +63,9 @@ const (
 	// ReasonTunnelHTTP: a CONNECT tunnel that is not intercepted carries cleartext HTTP, whose
 	// Host header the proxy would not check.
 	ReasonTunnelHTTP policy.Reason = "http_in_tunnel"
+	// reasonUndecodable: a ResponseFilter failed on a response without saying why; the
+	// credential broker's code for a response it cannot scrub.
+	reasonUndecodable policy.Reason = "response_undecodable"
 	// ReasonTunnelLimit: MaxTunnels tunnels are open already (429).
 	ReasonTunnelLimit policy.Reason = "tunnel_limit"
 )

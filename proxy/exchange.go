@@ -250,12 +250,13 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		injected := len(x.secrets) > 0
 		x.mu.Unlock()
 		filtered, err := f.FilterResponse(resp, injected)
-		if err != nil {
+		if err != nil { // fail closed: a response that could not be scrubbed never reaches the sandbox
 			if ref, ok := asRefusal(err); ok {
 				return x.deny(r, x.refusalDecision(ref)), nil
 			}
 			x.setError(fmt.Errorf("filter response: %w", err))
-			return x.fail(r, http.StatusBadGateway, codeUnreachable, failFilter), nil
+			return x.deny(r, policy.Decision{Reason: reasonUndecodable, Rule: x.d.Rule, Host: x.d.Host, Port: x.d.Port,
+				Detail: "the response could not be scrubbed of secrets"}), nil
 		}
 		resp = filtered
 	}

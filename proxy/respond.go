@@ -36,7 +36,6 @@ const (
 	failTunnelLimit = "tunnel_limit"
 	failNotProxy    = "not_a_proxy_request"
 	failScheme      = "unsupported_scheme"
-	failFilter      = "response_filter_failed"
 )
 
 // deniedBody is the JSON body of a denial; every field is always present.
