@@ -140,24 +140,31 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 // maxFormCheck bounds the form body read to look for a method override.
 const maxFormCheck = 1 << 20
 
-// checkFormOverride refuses, where the allowing entry limits methods (in enforce mode), an
-// application/x-www-form-urlencoded body holding a _method parameter: Rails, Laravel and
-// Symfony run that method instead. It reads such a body (up to maxFormCheck, more is refused)
-// and puts it back.
+// checkFormOverride refuses, where the allowing entry limits methods (in enforce mode), a
+// form body holding a _method parameter: Rails, Laravel and Symfony run that method instead.
+// It reads an application/x-www-form-urlencoded body (up to maxFormCheck, more is refused)
+// and puts it back; a multipart body is scanned as it goes upstream (multipartScanner).
 func (x *exchange) checkFormOverride(r *http.Request) (policy.Decision, bool) {
 	if !x.d.LimitsMethods || x.d.WouldDeny || r.Body == nil || r.Body == http.NoBody {
-		return policy.Decision{}, true
-	}
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil {
-		mt = strings.ToLower(r.Header.Get("Content-Type"))
-	}
-	if !strings.Contains(mt, "x-www-form-urlencoded") {
 		return policy.Decision{}, true
 	}
 	refuse := func(detail string) (policy.Decision, bool) {
 		return policy.Decision{Verdict: policy.Deny, Reason: policy.ReasonMethodOverride, Rule: x.d.Rule,
 			Host: x.d.Host, Port: x.d.Port, Detail: detail}, false
+	}
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		mt = strings.ToLower(r.Header.Get("Content-Type"))
+	}
+	switch {
+	case strings.Contains(mt, "multipart/"):
+		if params["boundary"] == "" {
+			return refuse("the multipart body names no boundary, so it cannot be checked for a method override")
+		}
+		r.Body = newMultipartScanner(r.Body, params["boundary"], x.d.Rule)
+		return policy.Decision{}, true
+	case !strings.Contains(mt, "x-www-form-urlencoded"):
+		return policy.Decision{}, true
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxFormCheck+1))
 	switch {

@@ -138,6 +138,13 @@ func TestFormMethodOverrideRefused(t *testing.T) {
 		{"form upper-case type", "Application/X-WWW-Form-Urlencoded", "_METHOD=PUT", 403},
 		{"form without override", "application/x-www-form-urlencoded", "title=x&body=y", 200},
 		{"json mentioning _method", "application/json", `{"_method":"DELETE"}`, 200},
+		{"multipart _method", "multipart/form-data; boundary=XyZ", multipartBody("XyZ", "title", "x", "_method", "DELETE"), 403},
+		{"multipart _method last", "multipart/form-data; boundary=XyZ",
+			multipartBody("XyZ", "file", strings.Repeat("a", 100<<10), "_method", "DELETE"), 403},
+		{"multipart without override", "multipart/form-data; boundary=XyZ",
+			multipartBody("XyZ", "file", strings.Repeat("a", 100<<10), "title", "x"), 200},
+		{"multipart malformed", "multipart/form-data; boundary=XyZ", "--XyZ\r\nno header end", 403},
+		{"multipart without boundary", "multipart/form-data", "x", 403},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,4 +166,14 @@ func TestFormMethodOverrideRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// multipartBody is a multipart/form-data body of name, value pairs.
+func multipartBody(boundary string, kv ...string) string {
+	var b strings.Builder
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, "--%s\r\nContent-Disposition: form-data; name=%q\r\n\r\n%s\r\n", boundary, kv[i], kv[i+1])
+	}
+	fmt.Fprintf(&b, "--%s--\r\n", boundary)
+	return b.String()
 }
