@@ -37,7 +37,7 @@ type Config struct {
 	// Ledger persists usage; the budget starts from its totals. The Proxy does not close it.
 	Ledger *Ledger
 	// Audit receives one event per call. Required.
-	Audit *audit.Logger
+	Audit audit.Sink
 	// Logger receives operational logs (never a key or a prompt); nil means a logger that
 	// discards.
 	Logger logrus.FieldLogger
@@ -55,7 +55,8 @@ type Config struct {
 	RetryBackoff time.Duration
 	// MaxRetryWait caps one wait between retries. Zero means 5s.
 	MaxRetryWait time.Duration
-	// MaxBodyBytes caps a request body; larger ones get 413. Zero means 32 MiB.
+	// MaxBodyBytes caps a request body; larger ones get 413. Zero means DefaultMaxBodyBytes
+	// (32 MiB).
 	MaxBodyBytes int64
 }
 
@@ -67,7 +68,8 @@ const (
 	DefaultRetries          = 2
 	defaultRetryBackoff     = 250 * time.Millisecond
 	defaultMaxRetryWait     = 5 * time.Second
-	defaultMaxBodyBytes     = 32 << 20
+	// DefaultMaxBodyBytes is the zero value of Config.MaxBodyBytes: 32 MiB.
+	DefaultMaxBodyBytes = 32 << 20
 	// maxResponseBytes caps a non-streamed provider answer airlock reads to count its usage.
 	maxResponseBytes = 64 << 20
 )

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Sentinel errors. Functions document which of them they may return; test with errors.Is.
@@ -110,14 +112,20 @@ func (e *apiError) body(f family) []byte {
 	return b
 }
 
+// badRequest is a 400 (the status of policy.ReasonInvalidRequest, ReasonWrongAPI and
+// ReasonOutputCap) with message msg.
 func badRequest(msg string) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: "invalid_request", openaiType: "invalid_request_error", message: msg}
+	return &apiError{status: policy.ReasonInvalidRequest.HTTPStatus(), code: "invalid_request", openaiType: "invalid_request_error", message: msg}
 }
 
-// budgetError maps a refused reservation to a 429.
-func budgetAPIError(be *BudgetError) *apiError {
-	e := &apiError{status: http.StatusTooManyRequests, message: be.Message, retryAfter: be.RetryAfter, deny: true}
+// budgetAPIError maps a refused reservation to its answer (429) and reason code.
+func budgetAPIError(be *BudgetError) (*apiError, policy.Reason) {
+	reason := policy.ReasonBudgetExhausted
 	if errors.Is(be, ErrRateLimited) {
+		reason = policy.ReasonRateLimited
+	}
+	e := &apiError{status: reason.HTTPStatus(), message: be.Message, retryAfter: be.RetryAfter, deny: true}
+	if reason == policy.ReasonRateLimited {
 		e.code, e.openaiType = "rate_limit_exceeded", "requests"
 		if be.Cap == "tokensPerMinute" {
 			e.openaiType = "tokens"
@@ -125,5 +133,5 @@ func budgetAPIError(be *BudgetError) *apiError {
 	} else {
 		e.code, e.openaiType = "budget_exhausted", "insufficient_quota"
 	}
-	return e
+	return e, reason
 }

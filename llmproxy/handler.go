@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // exchange is one call on its way through serveCall: what the audit event, the metrics and
@@ -43,25 +44,25 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 	c, aerr := p.readCall(w, r, ep)
 	if aerr != nil {
-		x.refuse(w, aerr, "invalid_request")
+		x.refuse(w, aerr, policy.ReasonInvalidRequest)
 		return
 	}
 	x.ev.Model = c.model
 	x.ev.BytesUp = c.inputBytes
 	rt, ok := x.table.models[c.model]
 	if !ok {
-		x.refuse(w, notAllowed(x.table, c.model), "model_not_allowed")
+		x.refuse(w, notAllowed(x.table, c.model), policy.ReasonModelNotAllowed)
 		return
 	}
 	x.route = rt
 	x.ev.Provider = rt.provider
 	if rt.family() != ep.family() {
-		x.refuse(w, wrongAPI(rt, ep), "wrong_api")
+		x.refuse(w, wrongAPI(rt, ep), policy.ReasonWrongAPI)
 		return
 	}
 	limit, inject, aerr := c.outputLimit(rt)
 	if aerr != nil {
-		x.refuse(w, aerr, "output_cap")
+		x.refuse(w, aerr, policy.ReasonOutputCap)
 		return
 	}
 	if ep != epCountTokens && !x.reserve(w, c, rt, limit) {
@@ -124,11 +125,8 @@ func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int6
 	if err != nil {
 		var be *BudgetError
 		errors.As(err, &be)
-		reason := "budget_exhausted"
-		if errors.Is(err, ErrRateLimited) {
-			reason = "rate_limited"
-		}
-		x.refuse(w, budgetAPIError(be), reason)
+		e, reason := budgetAPIError(be)
+		x.refuse(w, e, reason)
 		return false
 	}
 	x.hold, x.id = hold, newCallID()
@@ -236,9 +234,9 @@ func (x *exchange) chargeReservation() {
 }
 
 // refuse answers a call airlock itself denies (model, budget, bad request).
-func (x *exchange) refuse(w http.ResponseWriter, e *apiError, reason string) {
-	x.ev.Decision, x.ev.Reason, x.ev.Detail, x.ev.Status = audit.DecisionDeny, reason, e.message, e.status
-	x.p.metrics.denied.WithLabelValues(reason).Inc()
+func (x *exchange) refuse(w http.ResponseWriter, e *apiError, reason policy.Reason) {
+	x.ev.Decision, x.ev.Reason, x.ev.Detail, x.ev.Status = audit.DecisionDeny, string(reason), e.message, e.status
+	x.p.metrics.denied.WithLabelValues(string(reason)).Inc()
 	e.write(w, x.ep.family())
 }
 
@@ -297,7 +295,7 @@ func notAllowed(t *routeTable, model string) *apiError {
 	if len(t.names) > 0 {
 		allowed = strings.Join(t.names, ", ")
 	}
-	return &apiError{status: http.StatusNotFound, code: "model_not_found", openaiType: "invalid_request_error", deny: true,
+	return &apiError{status: policy.ReasonModelNotAllowed.HTTPStatus(), code: "model_not_found", openaiType: "invalid_request_error", deny: true,
 		message: fmt.Sprintf("airlock: model %q is not allowed by policy %q; allowed models: %s", model, t.pol.Name(), allowed)}
 }
 

@@ -59,7 +59,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.maxRetryWait = defaultMaxRetryWait
 	}
 	if p.maxBody <= 0 {
-		p.maxBody = defaultMaxBodyBytes
+		p.maxBody = DefaultMaxBodyBytes
 	}
 	resolver := cfg.Resolver
 	if resolver == nil {

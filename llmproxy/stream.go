@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // maxEventBytes caps one server-sent event; a longer one ends the stream with an error.
@@ -149,7 +151,7 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, redact
 			continue
 		}
 		if c.ep != epEmbeddings && outLimit > 0 && res.meter.deltas > outLimit && !res.meter.done {
-			res.cut = &apiError{status: http.StatusTooManyRequests, code: "budget_exhausted", openaiType: "insufficient_quota", deny: true,
+			res.cut = &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), code: "budget_exhausted", openaiType: "insufficient_quota", deny: true,
 				message: fmt.Sprintf("airlock: stream cut: the provider sent more than the %d output tokens this call reserved from the sandbox's budget", outLimit)}
 			res.bytesDown += writeCut(w, rc, c.ep, res.cut)
 			return res

@@ -86,84 +86,103 @@ var (
 func (m *streamMeter) observe(name string, data []byte) eventAction {
 	switch m.ep {
 	case epChat, epCompletions:
-		if bytes.Equal(bytes.TrimSpace(data), dataDone) {
-			m.done = true
-			return forward
-		}
-		if !bytes.Contains(data, usageKey) {
-			if bytes.HasPrefix(bytes.TrimSpace(data), []byte(`{"error"`)) {
-				m.upstreamError = true
-			} else if !bytes.Contains(data, choicesEmpty) {
-				m.deltas++
-			}
-			return forward
-		}
-		var v struct {
-			Usage   *wireUsage        `json:"usage"`
-			Choices []json.RawMessage `json:"choices"`
-			Error   json.RawMessage   `json:"error"`
-		}
-		if json.Unmarshal(data, &v) != nil {
-			return forward
-		}
-		if v.Error != nil {
-			m.upstreamError = true
-		}
-		if len(v.Choices) > 0 {
-			m.deltas++
-		}
-		if v.Usage != nil {
-			m.u.merge(v.Usage)
-			if len(v.Choices) == 0 && !m.wantUsage {
-				return drop
-			}
+		if act, final := m.observeChat(data); final {
+			return act
 		}
 	case epMessages:
-		switch name {
-		case "content_block_delta":
-			m.deltas++
-		case "message_start":
-			var v struct {
-				Message struct {
-					Usage *wireUsage `json:"usage"`
-				} `json:"message"`
-			}
-			if json.Unmarshal(data, &v) == nil {
-				m.u.merge(v.Message.Usage)
-			}
-		case "message_delta":
-			var v struct {
-				Usage *wireUsage `json:"usage"`
-			}
-			if json.Unmarshal(data, &v) == nil {
-				m.u.merge(v.Usage)
-			}
-		case "message_stop":
-			m.done = true
-		case "error":
-			m.upstreamError = true
-		}
+		m.observeMessages(name, data)
 	case epResponses:
-		switch name {
-		case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
-			"response.reasoning_summary_text.delta":
-			m.deltas++
-		case "response.completed", "response.incomplete", "response.failed":
-			var v struct {
-				Response struct {
-					Usage *wireUsage `json:"usage"`
-				} `json:"response"`
-			}
-			if json.Unmarshal(data, &v) == nil {
-				m.u.merge(v.Response.Usage)
-			}
-			m.done = true
-		case "error":
-			m.upstreamError = true
-		}
+		m.observeResponses(name, data)
 	}
 	if bytes.HasPrefix(data, []byte(`{"error"`)) && bytes.Contains(data, errorKey) {
 		m.upstreamError = true
 	}
 	return forward
+}
+
+// observeChat meters an OpenAI chat or completions chunk. final means act is the answer and
+// the generic error check is not needed.
+func (m *streamMeter) observeChat(data []byte) (act eventAction, final bool) {
+	if bytes.Equal(bytes.TrimSpace(data), dataDone) {
+		m.done = true
+		return forward, true
+	}
+	if !bytes.Contains(data, usageKey) {
+		if bytes.HasPrefix(bytes.TrimSpace(data), []byte(`{"error"`)) {
+			m.upstreamError = true
+		} else if !bytes.Contains(data, choicesEmpty) {
+			m.deltas++
+		}
+		return forward, true
+	}
+	var v struct {
+		Usage   *wireUsage        `json:"usage"`
+		Choices []json.RawMessage `json:"choices"`
+		Error   json.RawMessage   `json:"error"`
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return forward, true
+	}
+	if v.Error != nil {
+		m.upstreamError = true
+	}
+	if len(v.Choices) > 0 {
+		m.deltas++
+	}
+	if v.Usage != nil {
+		m.u.merge(v.Usage)
+		if len(v.Choices) == 0 && !m.wantUsage {
+			return drop, true
+		}
+	}
+	return forward, false
+}
+
+// observeMessages meters an Anthropic Messages event.
+func (m *streamMeter) observeMessages(name string, data []byte) {
+	switch name {
+	case "content_block_delta":
+		m.deltas++
+	case "message_start":
+		var v struct {
+			Message struct {
+				Usage *wireUsage `json:"usage"`
+			} `json:"message"`
+		}
+		if json.Unmarshal(data, &v) == nil {
+			m.u.merge(v.Message.Usage)
+		}
+	case "message_delta":
+		var v struct {
+			Usage *wireUsage `json:"usage"`
+		}
+		if json.Unmarshal(data, &v) == nil {
+			m.u.merge(v.Usage)
+		}
+	case "message_stop":
+		m.done = true
+	case "error":
+		m.upstreamError = true
+	}
+}
+
+// observeResponses meters an OpenAI Responses event.
+func (m *streamMeter) observeResponses(name string, data []byte) {
+	switch name {
+	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
+		"response.reasoning_summary_text.delta":
+		m.deltas++
+	case "response.completed", "response.incomplete", "response.failed":
+		var v struct {
+			Response struct {
+				Usage *wireUsage `json:"usage"`
+			} `json:"response"`
+		}
+		if json.Unmarshal(data, &v) == nil {
+			m.u.merge(v.Response.Usage)
+		}
+		m.done = true
+	case "error":
+		m.upstreamError = true
+	}
 }

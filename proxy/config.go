@@ -17,14 +17,17 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// Defaults for the zero values of Config's limits.
+// Defaults for the zero values of Config's limits. They are the one source of these
+// numbers: airlock run's flags (--max-tunnels, --dial-timeout, --idle-timeout,
+// --response-header-timeout, --max-header-bytes, --max-request-body) take their defaults
+// from here, and a test holds the README's table of run flags to them.
 const (
 	DefaultMaxTunnels            = 1024
 	DefaultDialTimeout           = 10 * time.Second
 	DefaultIdleTimeout           = 5 * time.Minute
-	DefaultResponseHeaderTimeout = 2 * time.Minute
+	DefaultResponseHeaderTimeout = 60 * time.Second
 	DefaultMaxHeaderBytes        = 64 << 10
-	DefaultMaxRequestBodyBytes   = 1 << 30
+	DefaultMaxRequestBodyBytes   = 100 << 20
 )
 
 // headerReadTimeout bounds how long a client may take to send a request head or a TLS
@@ -89,7 +92,7 @@ type Config struct {
 	// CA signs the leaf certificates of intercepted tunnels. Required.
 	CA *CA
 	// Audit receives one event per request and per tunnel. Nil drops events.
-	Audit *audit.Logger
+	Audit audit.Sink
 	// Resolver resolves destination names (once per connection). Nil means net.DefaultResolver.
 	Resolver Resolver
 	// UpstreamRoots verifies upstream TLS certificates of intercepted requests. Nil means the

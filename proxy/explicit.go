@@ -87,7 +87,7 @@ func (p *Proxy) serveExplicit(w http.ResponseWriter, r *http.Request) {
 // notProxy answers a request that is not a proxy request (origin-form, sent to the proxy
 // as if it were the server).
 func notProxy(w http.ResponseWriter, r *http.Request) {
-	resp := failResponse(r, http.StatusBadRequest, codeBadRequest, "", 0, failNotProxy)
+	resp := failResponse(r, policy.ReasonNotProxyRequest, "", 0)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
@@ -177,13 +177,13 @@ func (t *tunnel) admitStream(s stream, err error) (policy.Decision, bool) {
 	var he *helloError
 	switch {
 	case errors.As(err, &he):
-		return refusal(ReasonBadClientHello, "the tunnel's TLS bytes cannot be classified: "+he.reason)
+		return refusal(policy.ReasonBadClientHello, "the tunnel's TLS bytes cannot be classified: "+he.reason)
 	case err != nil && s.kind == streamTLS:
-		return refusal(ReasonBadClientHello, "the client's TLS ClientHello could not be read")
+		return refusal(policy.ReasonBadClientHello, "the client's TLS ClientHello could not be read")
 	case err != nil:
-		return refusal(ReasonUnknownProtocol, "the tunnel's first line is too long to classify")
+		return refusal(policy.ReasonUnknownProtocol, "the tunnel's first line is too long to classify")
 	case s.kind == streamHTTP:
-		return refusal(ReasonTunnelHTTP, fmt.Sprintf(
+		return refusal(policy.ReasonTunnelHTTP, fmt.Sprintf(
 			"cleartext HTTP in a tunnel to %q is not relayed unchecked; send http:// requests to the proxy in absolute form", t.host))
 	case s.kind != streamTLS:
 		return policy.Decision{}, true
@@ -191,7 +191,7 @@ func (t *tunnel) admitStream(s stream, err error) (policy.Decision, bool) {
 		if h, err := policy.NormalizeHost(t.host); (err == nil && h.IsIP()) || t.d.AllowMissingSNI {
 			return policy.Decision{}, true
 		}
-		return refusal(ReasonSNIMissing, fmt.Sprintf(
+		return refusal(policy.ReasonSNIMissing, fmt.Sprintf(
 			"the TLS ClientHello names no server (SNI) in a tunnel to %q; the upstream would pick the site (set allowMissingSNI on the rule to allow it)", t.host))
 	}
 	if h, err := policy.NormalizeHost(s.sni); err != nil || h.Name != t.host {
@@ -202,7 +202,7 @@ func (t *tunnel) admitStream(s stream, err error) (policy.Decision, bool) {
 
 // sniMismatch is the denial of a TLS server name that differs from the tunnel's host.
 func sniMismatch(t *tunnel, sni string) policy.Decision {
-	return policy.Decision{Reason: ReasonHostMismatch, Rule: t.d.Rule, Host: t.host, Port: t.port,
+	return policy.Decision{Reason: policy.ReasonHostMismatch, Rule: t.d.Rule, Host: t.host, Port: t.port,
 		Detail: fmt.Sprintf("TLS server name %q does not match tunnel host %q", sni, t.host)}
 }
 

@@ -256,8 +256,8 @@ func TestBadRequests(t *testing.T) {
 	tests := []struct {
 		name, req, reason string
 	}{
-		{name: "origin-form, not a proxy request", req: "GET / HTTP/1.1\r\nHost: x\r\n\r\n", reason: failNotProxy},
-		{name: "unsupported scheme", req: "GET ftp://plain.test/ HTTP/1.1\r\nHost: plain.test\r\n\r\n", reason: failScheme},
+		{name: "origin-form, not a proxy request", req: "GET / HTTP/1.1\r\nHost: x\r\n\r\n", reason: "not_a_proxy_request"},
+		{name: "unsupported scheme", req: "GET ftp://plain.test/ HTTP/1.1\r\nHost: plain.test\r\n\r\n", reason: "unsupported_scheme"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

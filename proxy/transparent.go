@@ -26,7 +26,7 @@ func (p *Proxy) serveTransparent(c net.Conn) {
 	orig, err := p.cfg.OriginalDst.OriginalDst(c)
 	if err != nil {
 		t := p.newTunnel(kindTransparent, c.RemoteAddr())
-		t.refuse(policy.Decision{Reason: ReasonOriginalDstUnknown, Detail: "the original destination of the connection is unknown"})
+		t.refuse(policy.Decision{Reason: policy.ReasonOriginalDstUnknown, Detail: "the original destination of the connection is unknown"})
 		t.setError(err)
 		t.finish()
 		return
@@ -52,14 +52,14 @@ func (p *Proxy) serveTransparent(c net.Conn) {
 // transparentRefusal is the denial of a transparent connection whose first bytes are not
 // TLS with a readable ClientHello, nor HTTP.
 func transparentRefusal(s stream, err error, orig netip.AddrPort) policy.Decision {
-	d := policy.Decision{Reason: ReasonUnknownProtocol, Port: int(orig.Port()),
+	d := policy.Decision{Reason: policy.ReasonUnknownProtocol, Port: int(orig.Port()),
 		Detail: "the connection speaks neither TLS nor HTTP"}
 	var he *helloError
 	switch {
 	case errors.As(err, &he):
-		d.Reason, d.Detail = ReasonBadClientHello, "the connection's TLS bytes cannot be classified: "+he.reason
+		d.Reason, d.Detail = policy.ReasonBadClientHello, "the connection's TLS bytes cannot be classified: "+he.reason
 	case s.kind == streamTLS:
-		d.Reason, d.Detail = ReasonBadClientHello, "the client's TLS ClientHello could not be read"
+		d.Reason, d.Detail = policy.ReasonBadClientHello, "the client's TLS ClientHello could not be read"
 	}
 	return d
 }
@@ -75,7 +75,7 @@ func (p *Proxy) transparentTLS(c net.Conn, br *bufio.Reader, orig netip.AddrPort
 	if !s.hasSNI {
 		host = orig.Addr().Unmap().String()
 		if d := t.pol.Decide(policy.Request{Scheme: "https", Host: host, Port: int(orig.Port())}); !d.Allowed() || d.WouldDeny {
-			t.refuse(policy.Decision{Reason: ReasonSNIMissing, Port: int(orig.Port()),
+			t.refuse(policy.Decision{Reason: policy.ReasonSNIMissing, Port: int(orig.Port()),
 				Detail: fmt.Sprintf("TLS connection to %s names no server (SNI), and no rule names the address by CIDR", orig)})
 			return
 		}
@@ -112,7 +112,7 @@ func (p *Proxy) transparentHTTP(c net.Conn, br *bufio.Reader, orig netip.AddrPor
 		t := p.newTunnel(kindTransparent, c.RemoteAddr())
 		t.dest = orig.String()
 		t.refuse(tunnelLimit("", "", int(orig.Port())))
-		writeRaw(c, t.respond(failResponse(nil, http.StatusTooManyRequests, codeTooManyTunnels, "", int(orig.Port()), failTunnelLimit)))
+		writeRaw(c, t.respond(failResponse(nil, policy.ReasonTunnelLimit, "", int(orig.Port()))))
 		t.finish()
 		return
 	}

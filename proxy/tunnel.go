@@ -279,7 +279,7 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 	}
 	if !p.acquireTunnel() {
 		t.refuse(tunnelLimit(t.d.Rule, t.host, t.port))
-		return t.respond(failResponse(nil, http.StatusTooManyRequests, codeTooManyTunnels, t.host, t.port, failTunnelLimit))
+		return t.respond(failResponse(nil, policy.ReasonTunnelLimit, t.host, t.port))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
 	defer cancel()
@@ -294,7 +294,7 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 
 // tunnelLimit is the refusal of a tunnel beyond MaxTunnels.
 func tunnelLimit(rule, host string, port int) policy.Decision {
-	return policy.Decision{Reason: ReasonTunnelLimit, Rule: rule, Host: host, Port: port,
+	return policy.Decision{Reason: policy.ReasonTunnelLimit, Rule: rule, Host: host, Port: port,
 		Detail: "too many tunnels are open; retry later"}
 }
 
@@ -321,11 +321,11 @@ func (p *Proxy) tunnelFailure(t *tunnel, r *http.Request, err error) *http.Respo
 	t.setError(err)
 	switch {
 	case isTimeout(err):
-		return failResponse(r, http.StatusGatewayTimeout, codeTimeout, t.host, t.port, failTimeout)
+		return failResponse(r, policy.ReasonTimeout, t.host, t.port)
 	case errors.Is(err, errResolve):
-		return failResponse(r, http.StatusBadGateway, codeUnreachable, t.host, t.port, failResolve)
+		return failResponse(r, policy.ReasonResolveFailed, t.host, t.port)
 	}
-	return failResponse(r, http.StatusBadGateway, codeUnreachable, t.host, t.port, failConnect)
+	return failResponse(r, policy.ReasonConnectFailed, t.host, t.port)
 }
 
 // respond records the status of the response refusing the tunnel.

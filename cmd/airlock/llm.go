@@ -26,7 +26,7 @@ type llmSidecar struct {
 // startLLM opens the usage ledger in the state directory, builds the model API and serves
 // it on --llm-addr. With --llm-addr off it returns nil (the admin /v1/usage then answers
 // 404). On error nothing is left open.
-func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *net.Resolver, al *audit.Logger, self []netip.AddrPort) (*llmSidecar, error) {
+func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *net.Resolver, al audit.Sink, self []netip.AddrPort) (*llmSidecar, error) {
 	if cfg.llmAddr == "off" {
 		return nil, nil
 	}
