@@ -2,14 +2,13 @@ package llmproxy
 
 import (
 	"context"
-	"net"
-	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -43,10 +42,12 @@ type Config struct {
 	Logger logrus.FieldLogger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
-	// Resolver resolves provider names; nil means the Go resolver.
-	Resolver *net.Resolver
-	// SelfAddrs are the sidecar's own listeners, never dialled (no call may loop back).
-	SelfAddrs []netip.AddrPort
+	// Guard is the sidecar's SSRF dial guard, shared with the egress proxy: it resolves each
+	// provider name once, refuses an answer holding an internal address the provider does not
+	// name (allowInternal, or an IP-address base URL) and the sidecar's own listeners (no call
+	// may loop back), and dials only checked addresses. Serve registers the model API's
+	// listener in its own-address list. Nil means a guard of its own with the system resolver.
+	Guard *egress.Guard
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// RetryBackoff is the first retry's delay, doubled for each further one (with jitter up

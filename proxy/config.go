@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -39,11 +39,6 @@ const headerReadTimeout = 30 * time.Second
 // while open tunnels keep the policy they started with.
 type PolicySource interface {
 	Current() *policy.Policy
-}
-
-// Resolver resolves a host name to addresses. *net.Resolver satisfies it.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // Injector adds credentials to an allowed request before it goes upstream. d is the request's
@@ -93,8 +88,13 @@ type Config struct {
 	CA *CA
 	// Audit receives one event per request and per tunnel. Nil drops events.
 	Audit audit.Sink
-	// Resolver resolves destination names (once per connection). Nil means net.DefaultResolver.
-	Resolver Resolver
+	// Guard is the sidecar's SSRF dial guard, shared with every component that dials out: it
+	// resolves each destination name once (with its resolver), refuses an answer holding an
+	// internal address no rule names by CIDR and the sidecar's own listeners (its SelfAddrs;
+	// Serve and ServeTransparent register their listeners there), and dials only checked
+	// addresses. Nil means a guard of the proxy's own: the system resolver, and only the
+	// proxy's listeners as own addresses.
+	Guard *egress.Guard
 	// UpstreamRoots verifies upstream TLS certificates of intercepted requests. Nil means the
 	// system roots. Verification is never skipped.
 	UpstreamRoots *x509.CertPool
@@ -109,10 +109,6 @@ type Config struct {
 	// (original_destination_mismatch), and vice versa. Nil checks only that the proxy's own
 	// resolution of the name includes the original address.
 	NameAddrs NameAddrs
-	// SelfAddrs are the sidecar's other listeners (DNS, LLM, admin). The proxy never dials
-	// them, nor its own listeners; an unspecified address (0.0.0.0, ::) stands for every
-	// local address with that port. Nil means only the proxy's own listeners.
-	SelfAddrs []netip.AddrPort
 	// Logger receives operational logs (never secrets, header values or bodies). Nil
 	// discards them.
 	Logger *logrus.Logger
@@ -124,8 +120,8 @@ type Config struct {
 	// MaxTunnels caps concurrent tunnels (CONNECT and transparent connections); beyond it a
 	// CONNECT gets 429 with Retry-After. Zero means DefaultMaxTunnels.
 	MaxTunnels int
-	// DialTimeout bounds resolving and connecting to an upstream (504 when exceeded). Zero
-	// means DefaultDialTimeout.
+	// DialTimeout bounds resolving, and then connecting to, an upstream (504 when exceeded).
+	// Zero means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// IdleTimeout closes a tunnel, or a client keep-alive connection, with no traffic for
 	// this long. Zero means DefaultIdleTimeout.
@@ -153,16 +149,15 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxHeaderBytes < 0, c.MaxRequestBodyBytes < 0:
 		return c, invalid("limits must not be negative (use 0 for the default)")
 	}
-	for _, a := range c.SelfAddrs {
-		if !a.IsValid() {
-			return c, invalid(fmt.Sprintf("SelfAddrs holds an invalid address %v", a))
-		}
-	}
 	if c.Audit == nil {
 		c.Audit = audit.Discard()
 	}
-	if c.Resolver == nil {
-		c.Resolver = net.DefaultResolver
+	if c.Guard == nil {
+		g, err := egress.New(egress.Config{})
+		if err != nil {
+			return c, invalid(err.Error())
+		}
+		c.Guard = g
 	}
 	if c.Logger == nil {
 		c.Logger = logrus.New()
@@ -177,7 +172,6 @@ func (c Config) withDefaults() (Config, error) {
 	c.ResponseHeaderTimeout = orDefault(c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
 	c.MaxHeaderBytes = orDefault(c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	c.MaxRequestBodyBytes = orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)
-	c.SelfAddrs = append([]netip.AddrPort(nil), c.SelfAddrs...)
 	return c, nil
 }
 

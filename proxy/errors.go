@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"errors"
-
-	"github.com/airlock-dev/airlock/policy"
 )
 
 // Sentinel errors. Functions say which of them they may return; test with errors.Is.
@@ -25,19 +23,10 @@ var (
 // Internal errors; they never leave the package.
 var (
 	errBodyTooLarge = errors.New("request body too large")
-	errResolve      = errors.New("resolve failed")
 	errSNIMismatch  = errors.New("tls server name does not match the tunnel host")
 	errNoExchange   = errors.New("upstream dial outside of a decided request")
 	errNoInjector   = errors.New("no credential broker is configured")
 	// errRefusedStream ends a tunnel whose first bytes were refused (the refusal is recorded
 	// on the tunnel).
 	errRefusedStream = errors.New("tunnel stream refused")
-)
-
-// Reasons dial.go names. The proxy's reason codes live in the policy package's catalogue
-// (policy.ReasonHostMismatch and the rest); these two aliases keep dial.go as it is until
-// the egress dial guard replaces it.
-const (
-	ReasonSelfAddress         = policy.ReasonSelfAddress
-	ReasonOriginalDstMismatch = policy.ReasonOriginalDstMismatch
 )

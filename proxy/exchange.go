@@ -19,6 +19,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -292,21 +293,20 @@ func (x *exchange) gotConn(info httptrace.GotConnInfo) {
 // upstreamFailure maps a transport error to the client's response: a refused address is a
 // denial, an oversized body 413, a timeout 504, anything else 502.
 func (x *exchange) upstreamFailure(r *http.Request, err error) *http.Response {
-	var den *denial
 	if ref, ok := asRefusal(err); ok { // a placeholder met in the request body
 		return x.deny(r, x.refusalDecision(ref))
 	}
-	switch {
-	case errors.As(err, &den):
-		return x.deny(r, withRule(den.d, x.d.Rule))
-	case errors.Is(err, errBodyTooLarge):
+	if d, ok := asDenial(err, x.d.Rule); ok {
+		return x.deny(r, d)
+	}
+	if errors.Is(err, errBodyTooLarge) {
 		return x.fail(r, policy.ReasonBodyLimit)
 	}
 	x.setError(err)
 	switch {
 	case isTimeout(err):
 		return x.fail(r, policy.ReasonTimeout)
-	case errors.Is(err, errResolve):
+	case errors.Is(err, egress.ErrResolve):
 		return x.fail(r, policy.ReasonResolveFailed)
 	}
 	return x.fail(r, policy.ReasonConnectFailed)

@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
 )
@@ -279,17 +280,25 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 	if err = s.dns.start(cfg, s, reg, s.kernel.allowMap()); err != nil {
 		return nil, err
 	}
-	if s.llm, err = startLLM(cfg, s, reg, resolver, al, append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...)); err != nil {
+	// One SSRF guard and one own-address list for everything that dials out: each listener
+	// registers once (the proxy's and the model API's register themselves as they serve).
+	guard, err := egress.New(egress.Config{Resolver: resolver, DialTimeout: cfg.limits.DialTimeout})
+	if err != nil {
+		return nil, failf("%v", err)
+	}
+	for _, ap := range slices.Concat(listenerAddrs(proxyLn, adminLn, s.kernel.listener()), s.dns.addrs()) {
+		guard.Self().Add(ap)
+	}
+	if s.llm, err = startLLM(cfg, s, reg, guard, al); err != nil {
 		return nil, err
 	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Policy:      s.store,
-		Resolver:    resolver,
+		Guard:       guard,
 		Audit:       al,
 		Logger:      log,
 		Registerer:  reg,
 		CA:          ca,
-		SelfAddrs:   slices.Concat(listenerAddrs(proxyLn, adminLn, s.kernel.listener()), s.dns.addrs(), s.llm.addrs()),
 		NameAddrs:   s.dns.nameAddrs(),
 		OriginalDst: s.kernel.originalDst(),
 		Injector:    s.creds.injector(),
