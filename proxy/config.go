@@ -75,7 +75,7 @@ type OriginalDestination interface {
 }
 
 // NameAddrs says whether the sidecar's DNS filter answered name with addr. The
-// *dnsfilter.Filter satisfies it (cmd/airlock passes it in).
+// *dnsfilter.Filter satisfies it (internal/sidecar passes it in).
 type NameAddrs interface {
 	Resolved(name string, addr netip.Addr) bool
 }

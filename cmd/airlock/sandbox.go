@@ -16,8 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	// Aliased: package main has a sidecar type of its own (run.go).
-	sidecarpkg "github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
 )
@@ -60,7 +59,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecarpkg.SandboxKernel()}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecar.SandboxKernel()}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
@@ -642,7 +641,7 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 
 // sandboxEnter is the helper exec starts inside the sandbox; it execs the command.
 func sandboxEnter(args []string, stdout, stderr io.Writer) error {
-	err := sandbox.Enter(sidecarpkg.SandboxKernel())
+	err := sandbox.Enter(sidecar.SandboxKernel())
 	var ee *sandbox.ExecError
 	if errors.As(err, &ee) {
 		return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
