@@ -16,6 +16,10 @@ func (e Event) appendLLM(b []byte) []byte {
 	b = strconv.AppendInt(b, e.OutputTokens, 10)
 	b = append(b, `,"cost_usd":`...)
 	b = strconv.AppendFloat(b, e.CostUSD, 'f', -1, 64)
+	if e.OutputClamped > 0 {
+		b = append(b, `,"output_clamped":`...)
+		b = strconv.AppendInt(b, e.OutputClamped, 10)
+	}
 	return appendField(b, "prompt", e.Prompt, false)
 }
 
@@ -32,4 +36,7 @@ func (e Event) llmObject(m map[string]any) {
 	m["input_tokens"] = e.InputTokens
 	m["output_tokens"] = e.OutputTokens
 	m["cost_usd"] = e.CostUSD
+	if e.OutputClamped > 0 {
+		m["output_clamped"] = e.OutputClamped
+	}
 }

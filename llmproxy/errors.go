@@ -59,6 +59,8 @@ type apiError struct {
 	retryAfter time.Duration
 	// deny marks a policy decision (model, budget): X-Airlock-Decision: deny.
 	deny bool
+	// final tells SDKs not to retry (x-should-retry: false; both official SDKs honour it).
+	final bool
 }
 
 // anthropicErrorType maps a status to the Anthropic error type of that status.
@@ -91,6 +93,9 @@ func (e *apiError) write(w http.ResponseWriter, f family) {
 	if e.deny {
 		h.Set("X-Airlock-Decision", "deny")
 	}
+	if e.final {
+		h.Set("X-Should-Retry", "false")
+	}
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
 	}
@@ -114,16 +119,18 @@ func badRequest(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, code: "invalid_request", openaiType: "invalid_request_error", message: msg}
 }
 
-// budgetError maps a refused reservation to a 429.
+// budgetAPIError maps a refused reservation: a per-minute cap to 429 with Retry-After, an
+// exhausted lifetime cap to 403 insufficient_quota with x-should-retry: false (a 429 would
+// make the SDKs retry a budget that will not come back).
 func budgetAPIError(be *BudgetError) *apiError {
-	e := &apiError{status: http.StatusTooManyRequests, message: be.Message, retryAfter: be.RetryAfter, deny: true}
 	if errors.Is(be, ErrRateLimited) {
-		e.code, e.openaiType = "rate_limit_exceeded", "requests"
+		e := &apiError{status: http.StatusTooManyRequests, message: be.Message, retryAfter: be.RetryAfter, deny: true,
+			code: "rate_limit_exceeded", openaiType: "requests"}
 		if be.Cap == "tokensPerMinute" {
 			e.openaiType = "tokens"
 		}
-	} else {
-		e.code, e.openaiType = "budget_exhausted", "insufficient_quota"
+		return e
 	}
-	return e
+	return &apiError{status: http.StatusForbidden, message: be.Message, deny: true, final: true,
+		code: "insufficient_quota", openaiType: "insufficient_quota"}
 }
