@@ -75,4 +75,3 @@ func (t *tokenizers) counter(enc encoding) func(string) int64 {
 // byteBound is the token bound of a text that is not counted: byte-level BPE tokenizers (every
 // OpenAI one, and Claude's) never make a token of less than one byte of UTF-8.
 func byteBound(s string) int64 { return int64(len(s)) }
-
