@@ -159,15 +159,19 @@ func (b *Budget) Reserve(caps policy.Budget, a Ask) (*Hold, error) {
 // when it fits). Caller holds mu.
 func (b *Budget) lifetimeOut(caps policy.Budget, a Ask) (int64, error) {
 	out := a.Out
+	least := min(1, a.Out) // one output token per choice, or none for embeddings
 	if caps.Tokens > 0 {
 		left := caps.Tokens - b.usedTokens - b.heldTokens
 		if a.Choices > 0 && a.tokens(out) > left {
 			out = (left - a.In - a.FixedOut) / a.Choices
 		}
-		if a.tokens(max(out, min(1, a.Out))) > left || (a.Strict && out < a.Out) {
+		if a.tokens(max(out, least)) > left || (a.Strict && out < a.Out) {
+			if a.tokens(least) <= caps.Tokens-b.usedTokens {
+				return 0, heldError("tokens", b.heldTokens)
+			}
 			return 0, &BudgetError{Err: ErrBudgetExhausted, Cap: "tokens", Message: fmt.Sprintf(
-				"airlock: the sandbox's token budget (llm.budget.tokens: %d) is exhausted: %d tokens are left (%d more are reserved by calls in flight) and this call's input alone may cost up to %d; raise llm.budget.tokens or shorten the input",
-				caps.Tokens, max(0, left), b.heldTokens, a.In+a.FixedOut)}
+				"airlock: the sandbox's token budget (llm.budget.tokens: %d) is exhausted: %d tokens are left and this call's input alone may cost up to %d; raise llm.budget.tokens or shorten the input",
+				caps.Tokens, max(0, left), a.In+a.FixedOut)}
 		}
 	}
 	if caps.USD > 0 {
@@ -177,13 +181,29 @@ func (b *Budget) lifetimeOut(caps policy.Budget, a Ask) (int64, error) {
 		if perOut > 0 && costNano(a.Price, a.In, a.FixedOut+a.Choices*out) > left {
 			out = min(out, int64(math.Floor(float64(left-inCost)/perOut)))
 		}
-		if costNano(a.Price, a.In, a.FixedOut+a.Choices*max(out, min(1, a.Out))) > left || (a.Strict && out < a.Out) {
+		cost := func(o int64) int64 { return costNano(a.Price, a.In, a.FixedOut+a.Choices*o) }
+		if cost(max(out, least)) > left || (a.Strict && out < a.Out) {
+			if cost(least) <= nanoCap(caps.USD)-b.usedNano {
+				return 0, heldError("usd", b.heldTokens)
+			}
 			return 0, &BudgetError{Err: ErrBudgetExhausted, Cap: "usd", Message: fmt.Sprintf(
-				"airlock: the sandbox's USD budget (llm.budget.usd: $%.2f) is exhausted: $%.6f is left (more is reserved by calls in flight) and this call's input alone may cost up to $%.6f; raise llm.budget.usd or shorten the input",
+				"airlock: the sandbox's USD budget (llm.budget.usd: $%.2f) is exhausted: $%.6f is left and this call's input alone may cost up to $%.6f; raise llm.budget.usd or shorten the input",
 				caps.USD, float64(max(0, left))/1e9, float64(inCost)/1e9)}
 		}
 	}
 	return out, nil
+}
+
+// heldRetry is the Retry-After of a call refused only because calls in flight hold the rest
+// of a lifetime cap: they settle to their real usage, usually far less, within seconds.
+const heldRetry = time.Second
+
+// heldError refuses a call that would fit the lifetime cap named by capName if the calls in
+// flight released their reservations: a rate limit (429, retry), not exhaustion.
+func heldError(capName string, held int64) *BudgetError {
+	return &BudgetError{Err: ErrRateLimited, Cap: capName, RetryAfter: heldRetry, Message: fmt.Sprintf(
+		"airlock: what is left of llm.budget.%s is reserved by calls in flight (%d tokens in all); they settle to their real usage when they end: retry in %s",
+		capName, held, heldRetry)}
 }
 
 // roundUp renders a wait in whole seconds, rounded up (as Retry-After says it).
