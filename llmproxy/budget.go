@@ -166,7 +166,7 @@ func (b *Budget) lifetimeOut(caps policy.Budget, a Ask) (int64, error) {
 			out = (left - a.In - a.FixedOut) / a.Choices
 		}
 		if a.tokens(max(out, least)) > left || (a.Strict && out < a.Out) {
-			if a.tokens(least) <= caps.Tokens-b.usedTokens {
+			if b.heldTokens > 0 && a.tokens(least) <= caps.Tokens-b.usedTokens {
 				return 0, heldError("tokens", b.heldTokens)
 			}
 			return 0, &BudgetError{Err: ErrBudgetExhausted, Cap: "tokens", Message: fmt.Sprintf(
@@ -183,7 +183,7 @@ func (b *Budget) lifetimeOut(caps policy.Budget, a Ask) (int64, error) {
 		}
 		cost := func(o int64) int64 { return costNano(a.Price, a.In, a.FixedOut+a.Choices*o) }
 		if cost(max(out, least)) > left || (a.Strict && out < a.Out) {
-			if cost(least) <= nanoCap(caps.USD)-b.usedNano {
+			if b.heldNano > 0 && cost(least) <= nanoCap(caps.USD)-b.usedNano {
 				return 0, heldError("usd", b.heldTokens)
 			}
 			return 0, &BudgetError{Err: ErrBudgetExhausted, Cap: "usd", Message: fmt.Sprintf(
