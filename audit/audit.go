@@ -9,7 +9,10 @@
 // for every request, so it is on the hot path, and its field names are a contract that must
 // not depend on a logging library's conventions. The lines carry "level":"info" and
 // "msg":"audit" so that they sit among the sidecar's logrus JSON lines on stderr and can be
-// told apart from them.
+// told apart from them. encode.go is the only encoder of an Event: Logger.Recent decodes the
+// lines it kept rather than encoding events a second way.
+//
+// Callers hold a Sink (sink.go), the seam for durability and signing, not a *Logger.
 package audit
 
 import "time"

@@ -221,3 +221,28 @@ func FuzzEventLine(f *testing.F) {
 		}
 	})
 }
+
+func TestHealthReportsWriteErrors(t *testing.T) {
+	good, err := New(Options{Writer: &bytes.Buffer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good.Log(Event{Kind: KindHTTP})
+	_ = good.Close()
+	if err := good.Health(); err != nil {
+		t.Errorf("healthy logger: got %v, want nil", err)
+	}
+	bad, err := New(Options{Writer: failingWriter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Sink = bad
+	s.Log(Event{Kind: KindHTTP})
+	_ = bad.Close() // waits for the write
+	if err := s.Health(); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("Health: got %v, want the write error", err)
+	}
+	if err := Discard().Health(); err != nil {
+		t.Errorf("Discard: got %v, want nil", err)
+	}
+}

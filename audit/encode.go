@@ -53,37 +53,6 @@ func (e Event) appendJSON(b []byte) []byte {
 	return append(b, `,"level":"info","msg":"audit"}`+"\n"...)
 }
 
-// object is e as the map a JSON decoder would make of its line (for /v1/decisions).
-func (e Event) object() map[string]any {
-	m := map[string]any{
-		"time":       e.Time.UTC().Format(time.RFC3339Nano),
-		"sandbox":    e.Sandbox,
-		"kind":       string(e.Kind),
-		"decision":   e.Decision,
-		"would_deny": e.Decision == DecisionReport,
-		"rule":       e.Rule,
-		"bytes_up":   e.BytesUp,
-		"bytes_down": e.BytesDown,
-	}
-	for k, v := range map[string]string{"reason": e.Reason, "detail": e.Detail, "destination": e.Destination,
-		"addr": e.Addr, "method": e.Method, "path": e.Path, "client": e.Client, "policy": e.Policy, "error": e.Error} {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	if e.Status != 0 {
-		m["status"] = e.Status
-	}
-	if e.Duration != 0 {
-		m["duration_ms"] = durationMS(e.Duration)
-	}
-	if len(e.Secrets) > 0 {
-		m["secrets"] = e.Secrets
-	}
-	e.llmObject(m)
-	return m
-}
-
 func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // appendField appends `,"key":"value"`; with always false an empty value is left out.

@@ -22,21 +22,3 @@ func (e Event) appendLLM(b []byte) []byte {
 	}
 	return appendField(b, "prompt", e.Prompt, false)
 }
-
-// llmObject adds the model-call fields of e to m, as appendLLM writes them.
-func (e Event) llmObject(m map[string]any) {
-	if e.Kind != KindLLM {
-		return
-	}
-	for k, v := range map[string]string{"model": e.Model, "provider": e.Provider, "prompt": e.Prompt} {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	m["input_tokens"] = e.InputTokens
-	m["output_tokens"] = e.OutputTokens
-	m["cost_usd"] = e.CostUSD
-	if e.OutputClamped > 0 {
-		m["output_clamped"] = e.OutputClamped
-	}
-}

@@ -1,10 +1,12 @@
 package audit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -39,7 +41,7 @@ type Logger struct {
 	space    *sync.Cond // Log waits here while pending is over maxPending
 	pending  []byte
 	closed   bool
-	recent   []Event
+	recent   []string // encoded (and redacted) lines, a ring
 	next     int
 	full     bool
 	writeErr error
@@ -60,9 +62,9 @@ type Options struct {
 	// Keep is how many recent events Recent returns (for the admin /v1/decisions endpoint);
 	// 0 keeps none.
 	Keep int
-	// Redact, when set, scrubs each encoded line (and the free-text fields of the events
-	// Recent returns) before it is kept or written: the credential broker's redactor, so no
-	// secret value reaches the audit trail. Nil writes lines as they are.
+	// Redact, when set, scrubs each encoded line before it is kept (for Recent) or written:
+	// the credential broker's redactor, so no secret value reaches the audit trail. Nil
+	// writes lines as they are.
 	Redact func([]byte) []byte
 }
 
@@ -73,7 +75,7 @@ func New(o Options) (*Logger, error) {
 	if w == nil {
 		w = os.Stderr
 	}
-	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, sinks: []io.Writer{w}, recent: make([]Event, o.Keep), done: make(chan struct{})}
+	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, sinks: []io.Writer{w}, recent: make([]string, o.Keep), done: make(chan struct{})}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -115,11 +117,6 @@ func (l *Logger) Log(e Event) {
 	line := *bp
 	if l.redact != nil {
 		line = l.redact(line)
-		for _, f := range []*string{&e.Error, &e.Detail, &e.Path, &e.Prompt} {
-			if *f != "" {
-				*f = string(l.redact([]byte(*f)))
-			}
-		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -131,7 +128,7 @@ func (l *Logger) Log(e Event) {
 	}
 	l.pending = append(l.pending, line...)
 	if len(l.recent) > 0 {
-		l.recent[l.next] = e
+		l.recent[l.next] = string(line) // a copy: line's buffer goes back to the pool
 		l.next = (l.next + 1) % len(l.recent)
 		l.full = l.full || l.next == 0
 	}
@@ -185,18 +182,31 @@ func (l *Logger) writeLoop() {
 }
 
 // Recent returns up to Options.Keep most recent events, newest first, as the JSON objects
-// the audit log holds.
+// the audit log holds: each is its written line decoded (numbers as json.Number), so the
+// admin endpoint shows exactly what the log holds, redaction included, and the line encoder
+// (encode.go) is the only one.
 func (l *Logger) Recent() []map[string]any {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := l.next
 	if l.full {
 		n = len(l.recent)
 	}
-	out := make([]map[string]any, 0, n)
+	lines := make([]string, 0, n)
 	for i := 1; i <= n; i++ {
-		e := l.recent[(l.next-i+len(l.recent))%len(l.recent)]
-		out = append(out, e.object())
+		lines = append(lines, l.recent[(l.next-i+len(l.recent))%len(l.recent)])
+	}
+	l.mu.Unlock()
+	out := make([]map[string]any, 0, len(lines))
+	for _, line := range lines {
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil { // cannot happen: appendJSON writes valid JSON
+			m = map[string]any{"error": "undecodable audit line"}
+		}
+		delete(m, "level") // the logrus markers are not part of the event
+		delete(m, "msg")
+		out = append(out, m)
 	}
 	return out
 }

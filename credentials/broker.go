@@ -47,7 +47,7 @@ type Config struct {
 	// never swapped (any placeholder is still refused).
 	Placeholders *Placeholders
 	// Audit receives credential events (failures, misuse). Nil drops them.
-	Audit *audit.Logger
+	Audit audit.Sink
 	// Logger receives operational logs, never values. Nil discards them.
 	Logger *logrus.Logger
 	// Registerer gets the airlock_credential_* metrics. Nil leaves them unregistered.

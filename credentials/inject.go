@@ -15,12 +15,6 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// Reasons of the denials the broker causes (audit reason, JSON body reason).
-const (
-	ReasonMisuse    policy.Reason = "credential_misuse"
-	ReasonCleartext policy.Reason = "credential_cleartext"
-)
-
 // RefusalError is an Inject error that denies the request (403) rather than failing it: a
 // placeholder where it may not go, or injection into cleartext http. It wraps ErrMisuse or
 // ErrCleartext. Its text names secrets, never values.
@@ -59,7 +53,7 @@ func (b *Broker) Inject(r *http.Request, d policy.Decision) error {
 		bound = nil
 	}
 	if len(bound) > 0 && r.URL.Scheme != "https" && !rule.AllowCleartext {
-		return b.refuse(r, d, ReasonCleartext, bound[0], fmt.Errorf(
+		return b.refuse(r, d, policy.ReasonCredentialCleartext, bound[0], fmt.Errorf(
 			"rule %q injects %s but the request is cleartext http (set allowCleartext: true on the rule to allow it): %w",
 			d.Rule, strings.Join(bound, ", "), ErrCleartext))
 	}
@@ -126,7 +120,7 @@ func (b *Broker) swapper(values map[string]string) swapper {
 func (b *Broker) placeholders(r *http.Request, d policy.Decision, sw swapper, locs []string) error {
 	misuse := func(where, text string) error {
 		name := b.placeholderSecret(text)
-		return b.refuse(r, d, ReasonMisuse, name, fmt.Errorf(
+		return b.refuse(r, d, policy.ReasonCredentialMisuse, name, fmt.Errorf(
 			"a credential placeholder (secret %q) in the request %s is not allowed for this destination and location: %w",
 			name, where, ErrMisuse))
 	}
@@ -163,7 +157,7 @@ func (b *Broker) placeholders(r *http.Request, d policy.Decision, sw swapper, lo
 	if r.Body != nil && r.Body != http.NoBody {
 		pats := make([]pattern, 0, 3)
 		for _, m := range placeholderMarks {
-			pats = append(pats, pattern{find: []byte(m), fail: &RefusalError{reason: ReasonMisuse,
+			pats = append(pats, pattern{find: []byte(m), fail: &RefusalError{reason: policy.ReasonCredentialMisuse,
 				err: fmt.Errorf("a credential placeholder in the request body is not allowed for this destination: %w", ErrMisuse)}})
 		}
 		if slices.Contains(locs, "body") && !sw.raw.Empty() {
@@ -284,7 +278,7 @@ func (b *Broker) auditRefusal(r *http.Request, d policy.Decision, re *RefusalErr
 
 func (b *Broker) auditFailure(r *http.Request, d policy.Decision, secret string, err error) {
 	ev := b.event(r, d, audit.DecisionDeny)
-	ev.Reason, ev.Secrets, ev.Error = "credential_unavailable", []string{secret}, b.red.String(err.Error())
+	ev.Reason, ev.Secrets, ev.Error = string(policy.ReasonCredentialUnavailable), []string{secret}, b.red.String(err.Error())
 	b.cfg.Audit.Log(ev)
 }
 

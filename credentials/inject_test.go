@@ -144,7 +144,7 @@ func TestPlaceholders(t *testing.T) {
 			r, err := h.do(t, tc.method, tc.url, tc.hdr, tc.body)
 			var re *RefusalError
 			if tc.misuse {
-				if !errors.As(err, &re) || !errors.Is(err, ErrMisuse) || re.DenyReason() != ReasonMisuse {
+				if !errors.As(err, &re) || !errors.Is(err, ErrMisuse) || re.DenyReason() != policy.ReasonCredentialMisuse {
 					t.Fatalf("got %v, want a misuse refusal", err)
 				}
 				if strings.Contains(err.Error(), "value") && strings.Contains(err.Error(), "123") {
@@ -195,7 +195,7 @@ func TestCleartext(t *testing.T) {
 	h := newHarness(t)
 	_, err := h.do(t, "GET", "http://api.test/", nil, "")
 	var re *RefusalError
-	if !errors.As(err, &re) || re.DenyReason() != ReasonCleartext {
+	if !errors.As(err, &re) || re.DenyReason() != policy.ReasonCredentialCleartext {
 		t.Fatalf("got %v, want a cleartext refusal", err)
 	}
 	r, err := h.do(t, "GET", "http://plain.test/", nil, "")

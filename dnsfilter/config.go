@@ -26,11 +26,6 @@ type PolicySource interface {
 	Current() *policy.Policy
 }
 
-// Auditor receives one event per query. *audit.Logger satisfies it.
-type Auditor interface {
-	Log(audit.Event)
-}
-
 // Defaults for the zero values of Config.
 const (
 	// DefaultTimeout bounds one exchange with one upstream resolver.
@@ -60,7 +55,7 @@ type Config struct {
 	// name gets NXDOMAIN.
 	LLMAddr netip.AddrPort
 	// Audit receives one event per query. Nil drops events.
-	Audit Auditor
+	Audit audit.Sink
 	// Logger receives operational logs (never query contents beyond names). Nil discards.
 	Logger *logrus.Logger
 	// Registerer gets the airlock_dns_* metrics. Nil leaves them unregistered.

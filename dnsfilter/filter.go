@@ -206,7 +206,7 @@ func (f *Filter) upstreams(pol *policy.Policy) []netip.AddrPort {
 		return f.cfg.Upstreams
 	}
 	if us := pol.DNS().Upstreams; len(us) > 0 {
-		if aps, err := parseUpstreams(us); err == nil {
+		if aps, err := policy.ParseUpstreams(us); err == nil {
 			return aps
 		}
 	}

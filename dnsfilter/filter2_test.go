@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 func TestCNAMEChainBelongsToAskedName(t *testing.T) {
@@ -140,8 +141,8 @@ func TestExfiltrationBrake(t *testing.T) {
 	if ok("abcdefghijklm.zone.example") {
 		t.Error("a 13-byte label under the wildcard: got NOERROR, want REFUSED")
 	}
-	if e := h.audit.last(t); e.Reason != ReasonLabelTooLong {
-		t.Errorf("audit reason: got %q, want %q", e.Reason, ReasonLabelTooLong)
+	if e := h.audit.last(t); e.Reason != string(policy.ReasonLabelTooLong) {
+		t.Errorf("audit reason: got %q, want %q", e.Reason, policy.ReasonLabelTooLong)
 	}
 	if len(h.up.queries("abcdefghijklm.zone.example")) != 0 {
 		t.Error("the braked name reached the upstream")
@@ -154,7 +155,7 @@ func TestExfiltrationBrake(t *testing.T) {
 	if ok("d.zone.example") {
 		t.Error("fourth new name within a minute: got NOERROR, want REFUSED")
 	}
-	if e := h.audit.last(t); e.Reason != ReasonRateLimited || e.Decision != audit.DecisionDeny {
+	if e := h.audit.last(t); e.Reason != string(policy.ReasonRateLimited) || e.Decision != audit.DecisionDeny {
 		t.Errorf("audit: got %+v, want deny rate_limited", e)
 	}
 	if len(h.up.queries("d.zone.example")) != 0 {
@@ -197,8 +198,8 @@ func TestReservedLLMName(t *testing.T) {
 			if h.up.total() != 0 || len(h.am.snapshot()) != 0 {
 				t.Error("the reserved name was forwarded or inserted")
 			}
-			if e := h.audit.last(t); e.Reason != ReasonReservedName {
-				t.Errorf("audit reason: got %q, want %q", e.Reason, ReasonReservedName)
+			if e := h.audit.last(t); e.Reason != string(policy.ReasonReservedName) {
+				t.Errorf("audit reason: got %q, want %q", e.Reason, policy.ReasonReservedName)
 			}
 		})
 	}
@@ -230,7 +231,7 @@ func TestReportModeForwardsWithoutInserting(t *testing.T) {
 	if r := h.ask(t, "udp", long, dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 		t.Errorf("braked name in report mode: got %s %v, want NOERROR and its address", dns.RcodeToString[r.Rcode], r.Answer)
 	}
-	if e := h.audit.last(t); e.Decision != audit.DecisionReport || e.Reason != ReasonLabelTooLong {
+	if e := h.audit.last(t); e.Decision != audit.DecisionReport || e.Reason != string(policy.ReasonLabelTooLong) {
 		t.Errorf("audit: got %+v, want report label_too_long", e)
 	}
 	if !h.f.Resolved(long, netip.MustParseAddr("198.18.0.11")) {

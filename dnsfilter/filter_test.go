@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 func TestAllowedAnswerIsInsertedWithPortsAndExpiry(t *testing.T) {
@@ -165,7 +166,7 @@ func TestUpstreamFailureIsServfailAndInsertsNothing(t *testing.T) {
 		t.Errorf("timeout: got %s with %v, want SERVFAIL and nothing", dns.RcodeToString[r.Rcode], r.Answer)
 	}
 	e := h.audit.last(t)
-	if e.Decision != audit.DecisionDeny || e.Reason != ReasonUpstreamFailed || e.Error == "" {
+	if e.Decision != audit.DecisionDeny || e.Reason != string(policy.ReasonUpstreamFailed) || e.Error == "" {
 		t.Errorf("audit: got %+v, want deny upstream_failed with an error", e)
 	}
 	if r := h.ask(t, "udp", "alias.example", dns.TypeA); r.Rcode != dns.RcodeServerFailure {
@@ -196,8 +197,8 @@ func TestAllowMapFailureIsServfail(t *testing.T) {
 	if h.f.Resolved("allowed.example", netip.MustParseAddr("198.18.0.10")) {
 		t.Error("Resolved: got true for an address the map refused")
 	}
-	if e := h.audit.last(t); e.Reason != ReasonAllowMapFailed {
-		t.Errorf("audit reason: got %q, want %q", e.Reason, ReasonAllowMapFailed)
+	if e := h.audit.last(t); e.Reason != string(policy.ReasonAllowMapFailed) {
+		t.Errorf("audit reason: got %q, want %q", e.Reason, policy.ReasonAllowMapFailed)
 	}
 }
 
@@ -260,7 +261,7 @@ func TestRefusedTypesAndShapes(t *testing.T) {
 			t.Errorf("%s: got %s, want REFUSED", dns.TypeToString[qt], dns.RcodeToString[r.Rcode])
 		}
 	}
-	if e := h.audit.last(t); e.Reason != ReasonTypeRefused || e.Decision != audit.DecisionDeny {
+	if e := h.audit.last(t); e.Reason != string(policy.ReasonTypeRefused) || e.Decision != audit.DecisionDeny {
 		t.Errorf("audit: got %+v, want deny qtype_refused", e)
 	}
 	m := question("allowed.example", dns.TypeA)

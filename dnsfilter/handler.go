@@ -16,18 +16,6 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// The reasons the filter puts in audit events and metrics besides the policy's own (no_rule,
-// invalid_host, offline, rule_matched).
-const (
-	ReasonReservedName   = "reserved_name"    // llm.airlock.internal, answered by the filter
-	ReasonBadQuery       = "bad_query"        // not one IN question of opcode QUERY, or EDNS version ≠ 0
-	ReasonTypeRefused    = "qtype_refused"    // ANY, zone transfers and other meta types
-	ReasonLabelTooLong   = "label_too_long"   // exfiltration brake: a label under a wildcard zone is too long
-	ReasonRateLimited    = "rate_limited"     // exfiltration brake: too many new names under a wildcard
-	ReasonUpstreamFailed = "upstream_failed"  // no upstream answered: SERVFAIL, nothing inserted
-	ReasonAllowMapFailed = "allow_map_failed" // the kernel allow map refused an address: SERVFAIL
-)
-
 // query is one query being answered.
 type query struct {
 	w       dns.ResponseWriter
@@ -69,9 +57,9 @@ func (f *Filter) checkShape(q *query) bool {
 	}
 	switch {
 	case req.Opcode != dns.OpcodeQuery:
-		return f.reject(q, dns.RcodeNotImplemented, ReasonBadQuery, fmt.Sprintf("opcode %s is not served", dns.OpcodeToString[req.Opcode]))
+		return f.reject(q, dns.RcodeNotImplemented, policy.ReasonBadQuery, fmt.Sprintf("opcode %s is not served", dns.OpcodeToString[req.Opcode]))
 	case len(req.Question) != 1:
-		return f.reject(q, dns.RcodeFormatError, ReasonBadQuery, fmt.Sprintf("%d questions; want one", len(req.Question)))
+		return f.reject(q, dns.RcodeFormatError, policy.ReasonBadQuery, fmt.Sprintf("%d questions; want one", len(req.Question)))
 	}
 	qs := req.Question[0]
 	q.ev.Destination = strings.TrimSuffix(strings.ToLower(qs.Name), ".")
@@ -79,11 +67,11 @@ func (f *Filter) checkShape(q *query) bool {
 	switch {
 	case opt != nil && opt.Version() != 0:
 		// RFC 6891 §6.1.3.
-		return f.reject(q, dns.RcodeBadVers, ReasonBadQuery, fmt.Sprintf("EDNS version %d", opt.Version()))
+		return f.reject(q, dns.RcodeBadVers, policy.ReasonBadQuery, fmt.Sprintf("EDNS version %d", opt.Version()))
 	case qs.Qclass != dns.ClassINET:
-		return f.reject(q, dns.RcodeRefused, ReasonBadQuery, fmt.Sprintf("class %s is not served", dns.ClassToString[qs.Qclass]))
+		return f.reject(q, dns.RcodeRefused, policy.ReasonBadQuery, fmt.Sprintf("class %s is not served", dns.ClassToString[qs.Qclass]))
 	case refusedType(qs.Qtype):
-		return f.reject(q, dns.RcodeRefused, ReasonTypeRefused, fmt.Sprintf("query type %s is refused", dns.TypeToString[qs.Qtype]))
+		return f.reject(q, dns.RcodeRefused, policy.ReasonTypeRefused, fmt.Sprintf("query type %s is refused", dns.TypeToString[qs.Qtype]))
 	}
 	return true
 }
@@ -101,9 +89,9 @@ func refusedType(t uint16) bool {
 }
 
 // reject answers rcode with an empty answer and a deny event; it returns false.
-func (f *Filter) reject(q *query, rcode int, reason, detail string) bool {
+func (f *Filter) reject(q *query, rcode int, reason policy.Reason, detail string) bool {
 	q.reply.Rcode = rcode
-	q.ev.Decision, q.ev.Reason, q.ev.Detail = audit.DecisionDeny, reason, detail
+	q.ev.Decision, q.ev.Reason, q.ev.Detail = audit.DecisionDeny, string(reason), detail
 	return false
 }
 
@@ -112,7 +100,7 @@ func (f *Filter) answer(q *query) {
 	qs := q.req.Question[0]
 	if dns.CanonicalName(qs.Name) == LLMName {
 		llmAnswer(q.reply, qs.Qtype, f.cfg.LLMAddr, q.w.LocalAddr())
-		q.ev.Decision, q.ev.Reason = audit.DecisionAllow, ReasonReservedName
+		q.ev.Decision, q.ev.Reason = audit.DecisionAllow, string(policy.ReasonReservedName)
 		return
 	}
 	pol := f.cfg.Policy.Current()
@@ -130,7 +118,7 @@ func (f *Filter) answer(q *query) {
 	}
 	if !wouldDeny && nd.Wildcard != "" {
 		if reason, detail := f.brakeCheck(nd, cfg); reason != "" {
-			q.ev.Reason, q.ev.Detail = reason, detail
+			q.ev.Reason, q.ev.Detail = string(reason), detail
 			if pol.Mode() != policy.ModeReport {
 				f.deny(q, cfg)
 				return
@@ -158,15 +146,15 @@ func (f *Filter) deny(q *query, cfg policy.DNSConfig) {
 
 // brakeCheck applies the exfiltration brakes to a name allowed only through a wildcard; it
 // returns a reason and detail when they stop it.
-func (f *Filter) brakeCheck(nd policy.NameDecision, cfg policy.DNSConfig) (string, string) {
+func (f *Filter) brakeCheck(nd policy.NameDecision, cfg policy.DNSConfig) (policy.Reason, string) {
 	if msg := checkLabels(nd.Host, nd.Zone(), cfg.MaxLabelLength); msg != "" {
-		return ReasonLabelTooLong, msg
+		return policy.ReasonLabelTooLong, msg
 	}
 	if f.book.liveName(nd.Host) {
 		return "", ""
 	}
 	if !f.brake.admit(nd.Wildcard, nd.Host, cfg.WildcardQueriesPerMinute) {
-		return ReasonRateLimited, fmt.Sprintf("more than %d new names a minute under %s (dns.wildcardQueriesPerMinute)",
+		return policy.ReasonRateLimited, fmt.Sprintf("more than %d new names a minute under %s (dns.wildcardQueriesPerMinute)",
 			cfg.WildcardQueriesPerMinute, nd.Wildcard)
 	}
 	return "", ""
@@ -182,7 +170,7 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 	r, server, err := f.x.exchange(context.Background(), upstreamQuery(q.req), f.upstreams(pol))
 	if err != nil {
 		f.metrics.counter(f.metrics.upstream, "error", "").Inc()
-		f.servfail(q, ReasonUpstreamFailed, err)
+		f.servfail(q, policy.ReasonUpstreamFailed, err)
 		return
 	}
 	f.metrics.counter(f.metrics.upstream, "ok", "").Inc()
@@ -197,7 +185,7 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 	} else {
 		kept, err := f.grant(q, pol, nd, cfg, addrs)
 		if err != nil {
-			f.servfail(q, ReasonAllowMapFailed, err)
+			f.servfail(q, policy.ReasonAllowMapFailed, err)
 			return
 		}
 		keep = func(a netip.Addr) bool {
@@ -263,10 +251,10 @@ func allowedPorts(pol *policy.Policy, nd policy.NameDecision, a netip.Addr) []ui
 }
 
 // servfail answers SERVFAIL with nothing in it.
-func (f *Filter) servfail(q *query, reason string, err error) {
+func (f *Filter) servfail(q *query, reason policy.Reason, err error) {
 	q.reply.Rcode = dns.RcodeServerFailure
 	q.reply.Answer, q.reply.Ns = nil, nil
-	q.ev.Decision, q.ev.Reason, q.ev.Error = audit.DecisionDeny, reason, err.Error()
+	q.ev.Decision, q.ev.Reason, q.ev.Error = audit.DecisionDeny, string(reason), err.Error()
 	f.log.WithField("name", q.name).WithError(err).Warn("dns filter: answering SERVFAIL")
 }
 

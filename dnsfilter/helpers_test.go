@@ -241,6 +241,8 @@ func (a *recordingAudit) Log(e audit.Event) {
 	a.evs = append(a.evs, e)
 }
 
+func (a *recordingAudit) Health() error { return nil }
+
 // last returns the last event; it fails t when there is none.
 func (a *recordingAudit) last(t *testing.T) audit.Event {
 	t.Helper()

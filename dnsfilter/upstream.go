@@ -230,19 +230,3 @@ func resolvConfServers(path string) ([]netip.AddrPort, error) {
 	}
 	return out, nil
 }
-
-// parseUpstreams parses "ip:port" strings (a bare IP means port 53).
-func parseUpstreams(ss []string) ([]netip.AddrPort, error) {
-	out := make([]netip.AddrPort, 0, len(ss))
-	for _, s := range ss {
-		if _, _, err := net.SplitHostPort(s); err != nil {
-			s = net.JoinHostPort(s, "53")
-		}
-		ap, err := netip.ParseAddrPort(s)
-		if err != nil {
-			return nil, fmt.Errorf("upstream %q: want ip:port: %w", s, err)
-		}
-		out = append(out, ap)
-	}
-	return out, nil
-}

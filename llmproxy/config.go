@@ -2,14 +2,13 @@ package llmproxy
 
 import (
 	"context"
-	"net"
-	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -37,16 +36,18 @@ type Config struct {
 	// Ledger persists usage; the budget starts from its totals. The Proxy does not close it.
 	Ledger *Ledger
 	// Audit receives one event per call. Required.
-	Audit *audit.Logger
+	Audit audit.Sink
 	// Logger receives operational logs (never a key or a prompt); nil means a logger that
 	// discards.
 	Logger logrus.FieldLogger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
-	// Resolver resolves provider names; nil means the Go resolver.
-	Resolver *net.Resolver
-	// SelfAddrs are the sidecar's own listeners, never dialled (no call may loop back).
-	SelfAddrs []netip.AddrPort
+	// Guard is the sidecar's SSRF dial guard, shared with the egress proxy: it resolves each
+	// provider name once, refuses an answer holding an internal address the provider does not
+	// name (allowInternal, or an IP-address base URL) and the sidecar's own listeners (no call
+	// may loop back), and dials only checked addresses. Serve registers the model API's
+	// listener in its own-address list. Nil means a guard of its own with the system resolver.
+	Guard *egress.Guard
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// RetryBackoff is the first retry's delay, doubled for each further one (with jitter up
@@ -55,7 +56,8 @@ type Config struct {
 	RetryBackoff time.Duration
 	// MaxRetryWait caps one wait between retries. Zero means 5s.
 	MaxRetryWait time.Duration
-	// MaxBodyBytes caps a request body; larger ones get 413. Zero means 32 MiB.
+	// MaxBodyBytes caps a request body; larger ones get 413. Zero means DefaultMaxBodyBytes
+	// (32 MiB).
 	MaxBodyBytes int64
 }
 
@@ -67,7 +69,8 @@ const (
 	DefaultRetries          = 2
 	defaultRetryBackoff     = 250 * time.Millisecond
 	defaultMaxRetryWait     = 5 * time.Second
-	defaultMaxBodyBytes     = 32 << 20
+	// DefaultMaxBodyBytes is the zero value of Config.MaxBodyBytes: 32 MiB.
+	DefaultMaxBodyBytes = 32 << 20
 	// maxResponseBytes caps a non-streamed provider answer airlock reads to count its usage.
 	maxResponseBytes = 64 << 20
 )

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Sentinel errors. Functions document which of them they may return; test with errors.Is.
@@ -115,22 +117,25 @@ func (e *apiError) body(f family) []byte {
 	return b
 }
 
+// badRequest is a 400 (the status of policy.ReasonInvalidRequest, ReasonWrongAPI and
+// ReasonOutputCap) with message msg.
 func badRequest(msg string) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: "invalid_request", openaiType: "invalid_request_error", message: msg}
+	return &apiError{status: policy.ReasonInvalidRequest.HTTPStatus(), code: "invalid_request", openaiType: "invalid_request_error", message: msg}
 }
 
-// budgetAPIError maps a refused reservation: a per-minute cap to 429 with Retry-After, an
-// exhausted lifetime cap to 403 insufficient_quota with x-should-retry: false (a 429 would
-// make the SDKs retry a budget that will not come back).
-func budgetAPIError(be *BudgetError) *apiError {
+// budgetAPIError maps a refused reservation to its answer and reason code: a per-minute cap
+// (or a lifetime cap held by calls in flight) to 429 with Retry-After, an exhausted lifetime
+// cap to 403 insufficient_quota with x-should-retry: false (a 429 would make the SDKs retry
+// a budget that will not come back).
+func budgetAPIError(be *BudgetError) (*apiError, policy.Reason) {
 	if errors.Is(be, ErrRateLimited) {
-		e := &apiError{status: http.StatusTooManyRequests, message: be.Message, retryAfter: be.RetryAfter, deny: true,
+		e := &apiError{status: policy.ReasonRateLimited.HTTPStatus(), message: be.Message, retryAfter: be.RetryAfter, deny: true,
 			code: "rate_limit_exceeded", openaiType: "requests"}
 		if be.Cap == "tokensPerMinute" {
 			e.openaiType = "tokens"
 		}
-		return e
+		return e, policy.ReasonRateLimited
 	}
-	return &apiError{status: http.StatusForbidden, message: be.Message, deny: true, final: true,
-		code: "insufficient_quota", openaiType: "insufficient_quota"}
+	return &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), message: be.Message, deny: true, final: true,
+		code: "insufficient_quota", openaiType: "insufficient_quota"}, policy.ReasonBudgetExhausted
 }

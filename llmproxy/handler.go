@@ -51,25 +51,25 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 
 	c, aerr := p.readCall(w, r, ep)
 	if aerr != nil {
-		x.refuse(w, aerr, "invalid_request")
+		x.refuse(w, aerr, policy.ReasonInvalidRequest)
 		return
 	}
 	x.ev.Model = c.model
 	x.ev.BytesUp = c.inputBytes
 	rt, ok := x.table.models[c.model]
 	if !ok {
-		x.refuse(w, notAllowed(x.table, c.model), "model_not_allowed")
+		x.refuse(w, notAllowed(x.table, c.model), policy.ReasonModelNotAllowed)
 		return
 	}
 	x.route = rt
 	x.ev.Provider = rt.provider
 	if rt.family() != ep.family() {
-		x.refuse(w, wrongAPI(rt, ep), "wrong_api")
+		x.refuse(w, wrongAPI(rt, ep), policy.ReasonWrongAPI)
 		return
 	}
 	limit, inject, aerr := c.outputLimit(rt)
 	if aerr != nil {
-		x.refuse(w, aerr, "output_cap")
+		x.refuse(w, aerr, policy.ReasonOutputCap)
 		return
 	}
 	if ep != epCountTokens {
@@ -139,8 +139,8 @@ func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int6
 	for _, cand := range cands {
 		b := boundFor(c, cand)
 		if b.unboundable != "" && (caps.Tokens > 0 || caps.USD > 0) {
-			x.refuse(w, &apiError{status: http.StatusForbidden, code: "unbounded_cost", openaiType: "invalid_request_error", deny: true, final: true,
-				message: "airlock: this call's cost cannot be bounded, and the sandbox has a hard budget (llm.budget): " + b.unboundable}, "unbounded_cost")
+			x.refuse(w, &apiError{status: policy.ReasonUnboundedCost.HTTPStatus(), code: "unbounded_cost", openaiType: "invalid_request_error", deny: true, final: true,
+				message: "airlock: this call's cost cannot be bounded, and the sandbox has a hard budget (llm.budget): " + b.unboundable}, policy.ReasonUnboundedCost)
 			return 0, false
 		}
 		bounds = append(bounds, b)
@@ -165,11 +165,8 @@ func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int6
 	if err != nil {
 		var be *BudgetError
 		errors.As(err, &be)
-		reason := "budget_exhausted"
-		if errors.Is(err, ErrRateLimited) {
-			reason = "rate_limited"
-		}
-		x.refuse(w, budgetAPIError(be), reason)
+		e, reason := budgetAPIError(be)
+		x.refuse(w, e, reason)
 		return 0, false
 	}
 	x.hold, x.id, x.inBound = hold, newCallID(), ask.In
@@ -327,9 +324,9 @@ func (x *exchange) chargeReservation() {
 }
 
 // refuse answers a call airlock itself denies (model, budget, bad request).
-func (x *exchange) refuse(w http.ResponseWriter, e *apiError, reason string) {
-	x.ev.Decision, x.ev.Reason, x.ev.Detail, x.ev.Status = audit.DecisionDeny, reason, e.message, e.status
-	x.p.metrics.denied.WithLabelValues(reason).Inc()
+func (x *exchange) refuse(w http.ResponseWriter, e *apiError, reason policy.Reason) {
+	x.ev.Decision, x.ev.Reason, x.ev.Detail, x.ev.Status = audit.DecisionDeny, string(reason), e.message, e.status
+	x.p.metrics.denied.WithLabelValues(string(reason)).Inc()
 	x.budgetHeaders(w.Header())
 	e.write(w, x.ep.family())
 }
@@ -390,7 +387,7 @@ func notAllowed(t *routeTable, model string) *apiError {
 	if len(t.names) > 0 {
 		allowed = strings.Join(t.names, ", ")
 	}
-	return &apiError{status: http.StatusNotFound, code: "model_not_found", openaiType: "invalid_request_error", deny: true,
+	return &apiError{status: policy.ReasonModelNotAllowed.HTTPStatus(), code: "model_not_found", openaiType: "invalid_request_error", deny: true,
 		message: fmt.Sprintf("airlock: model %q is not allowed by policy %q; allowed models: %s", model, t.pol.Name(), allowed)}
 }
 

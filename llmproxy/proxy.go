@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -60,13 +62,16 @@ func New(cfg Config) (*Proxy, error) {
 		p.maxRetryWait = defaultMaxRetryWait
 	}
 	if p.maxBody <= 0 {
-		p.maxBody = defaultMaxBodyBytes
+		p.maxBody = DefaultMaxBodyBytes
 	}
-	resolver := cfg.Resolver
-	if resolver == nil {
-		resolver = net.DefaultResolver
+	guard := cfg.Guard
+	if guard == nil {
+		var err error
+		if guard, err = egress.New(egress.Config{}); err != nil {
+			return nil, fmt.Errorf("llmproxy: %w", err)
+		}
 	}
-	p.transports = &transports{resolver: resolver, self: cfg.SelfAddrs, byKey: make(map[string]*http.Transport)}
+	p.transports = &transports{guard: guard, byKey: make(map[string]*http.Transport)}
 	p.metrics = newMetrics(cfg.Registerer)
 	p.tok = newTokenizers()
 	t := cfg.Ledger.Totals()
@@ -92,6 +97,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.mux.ServeH
 // Serve serves the model API on ln until Shutdown (after which it returns
 // http.ErrServerClosed, also when Shutdown came first).
 func (p *Proxy) Serve(ln net.Listener) error {
+	p.transports.guard.Self().AddListener(ln)
 	return p.srv.Serve(ln)
 }
 

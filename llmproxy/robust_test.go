@@ -3,13 +3,14 @@ package llmproxy
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/openai/openai-go/v3"
+
+	"github.com/airlock-dev/airlock/egress"
 )
 
 func TestRetriesThenFallback(t *testing.T) {
@@ -103,8 +104,12 @@ func TestStreamCutWhenProviderOverspends(t *testing.T) {
 }
 
 func TestDialerRefusesInternalNames(t *testing.T) {
-	tr := &transports{resolver: net.DefaultResolver}
-	dial := tr.dialer(false, time.Second)
+	g, err := egress.New(egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &transports{guard: g}
+	dial := tr.dialer(nil, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := dial(ctx, "tcp", "localhost:1"); !errors.Is(err, ErrInternalAddress) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // maxEventBytes caps one server-sent event; a longer one ends the stream with an error.
@@ -152,7 +154,7 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, count 
 			continue
 		}
 		if c.ep != epEmbeddings && outLimit > 0 && res.meter.deltas > outLimit && !res.meter.done {
-			res.cut = &apiError{status: http.StatusForbidden, code: "insufficient_quota", openaiType: "insufficient_quota", deny: true,
+			res.cut = &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), code: "insufficient_quota", openaiType: "insufficient_quota", deny: true,
 				message: fmt.Sprintf("airlock: stream cut: the provider sent more than the %d output tokens this call reserved from the sandbox's budget", outLimit)}
 			res.bytesDown += writeCut(w, rc, c.ep, res.cut)
 			return res

@@ -16,20 +16,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
 // The provider base URLs are destinations of the sidecar itself, not of the sandbox: they
 // need no egress rule (the sandbox never connects to them; the kernel and the proxy keep
-// denying it). They still get the SSRF guard: a provider name is resolved once, only public
-// addresses (policy.ClassifyAddr, the proxy's classifier) are dialled unless the provider
-// sets allowInternal or its base URL names an IP address itself, and the sidecar's own
-// listeners are never dialled.
+// denying it). They still go through the sidecar's one SSRF guard (egress.Guard), under the
+// rule the proxy follows too: a provider name is resolved once, and an answer holding any
+// internal address (policy.ClassifyAddr) is refused whole unless the provider names the range
+// — allowInternal names every range, a base URL that is an IP address names that address.
+// The sidecar's own listeners are never dialled.
 
 // transports keeps one http.Transport per provider setting, so connections are reused.
 type transports struct {
-	resolver *net.Resolver
-	self     []netip.AddrPort
+	guard *egress.Guard
 
 	// mu guards byKey.
 	mu    sync.Mutex
@@ -46,7 +47,7 @@ func (t *transports) get(r *route) *http.Transport {
 	}
 	tr := &http.Transport{
 		Proxy:                 nil, // the sidecar never sends model calls through a proxy
-		DialContext:           t.dialer(r.allowInternal, r.connect),
+		DialContext:           t.dialer(providerRanges(r), r.connect),
 		ForceAttemptHTTP2:     true,
 		TLSHandshakeTimeout:   r.connect,
 		ResponseHeaderTimeout: r.firstByte,
@@ -68,57 +69,38 @@ func (t *transports) closeIdle() {
 	}
 }
 
-// dialer resolves and classifies before dialling, and dials only an address it checked.
-// It may return ErrInternalAddress.
-func (t *transports) dialer(allowInternal bool, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+// providerRanges are the internal ranges route r's provider names: every range with
+// allowInternal, the address of a base URL that is an IP address, else none.
+func providerRanges(r *route) egress.Ranges {
+	if r.allowInternal {
+		return egress.AllRanges()
+	}
+	if h, err := policy.NormalizeHost(r.base.Hostname()); err == nil && h.IsIP() {
+		a := h.Addr.Unmap()
+		return egress.Ranges{netip.PrefixFrom(a, a.BitLen())}
+	}
+	return nil
+}
+
+// dialer resolves once, checks every address under ranges and dials only a checked address,
+// within timeout (name resolution included, as net.Dialer's Timeout). A refused destination
+// is returned as ErrInternalAddress (wrapping the *egress.Denial).
+func (t *transports) dialer(ranges egress.Ranges, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := t.guard.DialContext(ranges)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, fmt.Errorf("dial provider: %w", err)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		c, err := dial(ctx, network, addr)
+		var den *egress.Denial
+		switch {
+		case errors.As(err, &den) && errors.Is(err, egress.ErrInternalAddress):
+			return nil, fmt.Errorf("%w: %w; set allowInternal on the provider for a self-hosted server", ErrInternalAddress, den)
+		case errors.As(err, &den):
+			return nil, fmt.Errorf("%w: %w", ErrInternalAddress, den)
+		case err != nil:
+			return nil, fmt.Errorf("connect to provider %s: %w", addr, err)
 		}
-		pn, err := strconv.ParseUint(port, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("dial provider: bad port %q", port)
-		}
-		var addrs []netip.Addr
-		named := false
-		if a, err := netip.ParseAddr(host); err == nil {
-			addrs, named = []netip.Addr{a}, true
-		} else {
-			rctx, cancel := context.WithTimeout(ctx, timeout)
-			addrs, err = t.resolver.LookupNetIP(rctx, "ip", host)
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("resolve provider %s: %w", host, err)
-			}
-		}
-		var refused []string
-		var firstErr error
-		for _, a := range addrs {
-			a = a.Unmap()
-			ap := netip.AddrPortFrom(a, uint16(pn))
-			switch {
-			case slices.Contains(t.self, ap) || (a.IsUnspecified()):
-				refused = append(refused, a.String()+" (airlock's own listener)")
-				continue
-			case !named && !allowInternal && policy.ClassifyAddr(a) != policy.AddrPublic:
-				refused = append(refused, a.String()+" ("+policy.ClassifyAddr(a).String()+")")
-				continue
-			}
-			c, err := d.DialContext(ctx, network, ap.String())
-			if err == nil {
-				return c, nil
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
-		}
-		if firstErr != nil {
-			return nil, fmt.Errorf("connect to provider %s: %w", host, firstErr)
-		}
-		return nil, fmt.Errorf("%w: %s resolves to %s; set allowInternal on the provider for a self-hosted server",
-			ErrInternalAddress, host, strings.Join(refused, ", "))
+		return c, nil
 	}
 }
 

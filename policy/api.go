@@ -35,25 +35,6 @@ func (v Verdict) String() string {
 	return "deny"
 }
 
-// Reason is a machine-readable reason code from a fixed set. Decision.Detail carries the
-// human-readable sentence.
-type Reason string
-
-// The reasons a decision can carry.
-const (
-	ReasonRuleMatched      Reason = "rule_matched"       // a rule allows the request
-	ReasonNoRule           Reason = "no_rule"            // no rule names the host (or address)
-	ReasonPortNotAllowed   Reason = "port_not_allowed"   // a rule names the host, not the port
-	ReasonMethodNotAllowed Reason = "method_not_allowed" // host and port match, no L7 rule allows the method
-	ReasonPathNotAllowed   Reason = "path_not_allowed"   // host, port and method match, the path does not
-	ReasonInternalAddress  Reason = "internal_address"   // destination address is internal and no rule names it by CIDR
-	ReasonInvalidHost      Reason = "invalid_host"       // the host could not be parsed or normalised
-	ReasonInvalidPath      Reason = "invalid_path"       // the path could not be decoded or escapes the root
-	ReasonTCPOnly          Reason = "tcp_only"           // only a protocol: tcp rule matches; it is not proxied
-	ReasonOffline          Reason = "offline"            // the policy allows no egress at all
-	ReasonPublicAddress    Reason = "public_address"     // CheckAddr: the address is public; no rule is involved
-)
-
 // Request holds the facts a decision is made from. All fields are as the client sent them;
 // Decide normalises them (host to punycode, path decoded and dot-segments removed).
 type Request struct {

@@ -20,6 +20,8 @@ var (
 	// ErrInvalidSecret is wrapped by Injection.Expand when a secret value cannot go into a
 	// header.
 	ErrInvalidSecret = errors.New("invalid secret value")
+	// ErrInvalidUpstream is wrapped by ParseUpstream and ParseUpstreams errors.
+	ErrInvalidUpstream = errors.New("invalid DNS upstream")
 	// ErrUnknownProfile is returned by Builtin for a name that is not a built-in profile.
 	ErrUnknownProfile = errors.New("unknown profile")
 )

@@ -1,15 +1,11 @@
 package policy
 
 import (
-	"fmt"
 	"maps"
 	"math"
-	"net"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -61,24 +57,6 @@ func compileDNS(d *decoder, c DNSConfig) {
 		d.errorf("spec.dns.maxIPsPerName", "must not be negative; leave it out for the default (%d)", DefaultMaxIPsPerName)
 	}
 	compileDNSBrakes(d, c)
-}
-
-// checkUpstream checks one "address:port" resolver.
-func checkUpstream(u string) string {
-	host, port, err := net.SplitHostPort(u)
-	if err != nil {
-		if a, perr := netip.ParseAddr(strings.Trim(u, "[]")); perr == nil {
-			return fmt.Sprintf("add the port; use %q", netip.AddrPortFrom(a, 53).String())
-		}
-		return fmt.Sprintf("invalid resolver %q; use an address and port such as \"10.96.0.10:53\"", u)
-	}
-	if a, err := netip.ParseAddr(host); err != nil || a.Zone() != "" {
-		return fmt.Sprintf("resolver %q must be an IP address (a name would need a resolver); e.g. \"10.96.0.10:53\"", host)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Sprintf("invalid port %q; use 1-65535, usually 53", port)
-	}
-	return ""
 }
 
 // compileSecrets checks spec.secrets.

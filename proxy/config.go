@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -14,17 +13,21 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// Defaults for the zero values of Config's limits.
+// Defaults for the zero values of Config's limits. They are the one source of these
+// numbers: airlock run's flags (--max-tunnels, --dial-timeout, --idle-timeout,
+// --response-header-timeout, --max-header-bytes, --max-request-body) take their defaults
+// from here, and a test holds the README's table of run flags to them.
 const (
 	DefaultMaxTunnels            = 1024
 	DefaultDialTimeout           = 10 * time.Second
 	DefaultIdleTimeout           = 5 * time.Minute
-	DefaultResponseHeaderTimeout = 2 * time.Minute
+	DefaultResponseHeaderTimeout = 60 * time.Second
 	DefaultMaxHeaderBytes        = 64 << 10
-	DefaultMaxRequestBodyBytes   = 1 << 30
+	DefaultMaxRequestBodyBytes   = 100 << 20
 )
 
 // headerReadTimeout bounds how long a client may take to send a request head or a TLS
@@ -36,11 +39,6 @@ const headerReadTimeout = 30 * time.Second
 // while open tunnels keep the policy they started with.
 type PolicySource interface {
 	Current() *policy.Policy
-}
-
-// Resolver resolves a host name to addresses. *net.Resolver satisfies it.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // Injector adds credentials to an allowed request before it goes upstream. d is the request's
@@ -86,9 +84,14 @@ type Config struct {
 	// CA signs the leaf certificates of intercepted tunnels. Required.
 	CA *CA
 	// Audit receives one event per request and per tunnel. Nil drops events.
-	Audit *audit.Logger
-	// Resolver resolves destination names (once per connection). Nil means net.DefaultResolver.
-	Resolver Resolver
+	Audit audit.Sink
+	// Guard is the sidecar's SSRF dial guard, shared with every component that dials out: it
+	// resolves each destination name once (with its resolver), refuses an answer holding an
+	// internal address no rule names by CIDR and the sidecar's own listeners (its SelfAddrs;
+	// Serve and ServeTransparent register their listeners there), and dials only checked
+	// addresses. Nil means a guard of the proxy's own: the system resolver, and only the
+	// proxy's listeners as own addresses.
+	Guard *egress.Guard
 	// UpstreamRoots verifies upstream TLS certificates of intercepted requests. Nil means the
 	// system roots. Verification is never skipped.
 	UpstreamRoots *x509.CertPool
@@ -103,10 +106,6 @@ type Config struct {
 	// (original_destination_mismatch), and vice versa. Nil checks only that the proxy's own
 	// resolution of the name includes the original address.
 	NameAddrs NameAddrs
-	// SelfAddrs are the sidecar's other listeners (DNS, LLM, admin). The proxy never dials
-	// them, nor its own listeners; an unspecified address (0.0.0.0, ::) stands for every
-	// local address with that port. Nil means only the proxy's own listeners.
-	SelfAddrs []netip.AddrPort
 	// Logger receives operational logs (never secrets, header values or bodies). Nil
 	// discards them.
 	Logger *logrus.Logger
@@ -118,8 +117,8 @@ type Config struct {
 	// MaxTunnels caps concurrent tunnels (CONNECT and transparent connections); beyond it a
 	// CONNECT gets 429 with Retry-After. Zero means DefaultMaxTunnels.
 	MaxTunnels int
-	// DialTimeout bounds resolving and connecting to an upstream (504 when exceeded). Zero
-	// means DefaultDialTimeout.
+	// DialTimeout bounds resolving, and then connecting to, an upstream (504 when exceeded).
+	// Zero means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// IdleTimeout closes a tunnel, or a client keep-alive connection, with no traffic for
 	// this long. Zero means DefaultIdleTimeout.
@@ -147,16 +146,15 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxHeaderBytes < 0, c.MaxRequestBodyBytes < 0:
 		return c, invalid("limits must not be negative (use 0 for the default)")
 	}
-	for _, a := range c.SelfAddrs {
-		if !a.IsValid() {
-			return c, invalid(fmt.Sprintf("SelfAddrs holds an invalid address %v", a))
-		}
-	}
 	if c.Audit == nil {
 		c.Audit = audit.Discard()
 	}
-	if c.Resolver == nil {
-		c.Resolver = net.DefaultResolver
+	if c.Guard == nil {
+		g, err := egress.New(egress.Config{})
+		if err != nil {
+			return c, invalid(err.Error())
+		}
+		c.Guard = g
 	}
 	if c.Logger == nil {
 		c.Logger = logrus.New()
@@ -171,7 +169,6 @@ func (c Config) withDefaults() (Config, error) {
 	c.ResponseHeaderTimeout = orDefault(c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
 	c.MaxHeaderBytes = orDefault(c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	c.MaxRequestBodyBytes = orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes)
-	c.SelfAddrs = append([]netip.AddrPort(nil), c.SelfAddrs...)
 	return c, nil
 }
 

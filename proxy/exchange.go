@@ -14,6 +14,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -82,7 +83,7 @@ type exchange struct {
 func (p *Proxy) onRequest(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
 	o := originFrom(r.Context())
 	if o == nil { // a request that did not come through our listeners: fail closed
-		return r, failResponse(r, http.StatusBadRequest, codeBadRequest, "", 0, failNotProxy)
+		return r, failResponse(r, policy.ReasonNotProxyRequest, "", 0)
 	}
 	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
 		method: r.Method, path: r.URL.EscapedPath(), host: r.URL.Host, dest: r.URL.Host}
@@ -94,7 +95,7 @@ func (p *Proxy) onRequest(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Reques
 // returns the response that ends the request, or nil to forward it.
 func (x *exchange) admit(r *http.Request) *http.Response {
 	if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
-		return x.fail(r, http.StatusBadRequest, codeBadRequest, failScheme)
+		return x.fail(r, policy.ReasonUnsupportedScheme)
 	}
 	a, err := parseAuthority(r.URL.Host)
 	if err != nil {
@@ -116,7 +117,7 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 			Detail: fmt.Sprintf("host %q is not a valid host name or address", a.host)})
 	}
 	if detail := x.o.hostMismatch(h.Name, x.port); detail != "" {
-		return x.deny(r, policy.Decision{Reason: ReasonHostMismatch, Host: h.Name, Port: x.port, Detail: detail})
+		return x.deny(r, policy.Decision{Reason: policy.ReasonHostMismatch, Host: h.Name, Port: x.port, Detail: detail})
 	}
 	x.d = x.pol.Decide(policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
 		Method: r.Method, Path: r.URL.EscapedPath()})
@@ -124,7 +125,7 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 		return x.deny(r, x.d)
 	}
 	if r.ContentLength > x.p.cfg.MaxRequestBodyBytes {
-		return x.fail(r, http.StatusRequestEntityTooLarge, codeTooLarge, failBodyLimit)
+		return x.fail(r, policy.ReasonBodyLimit)
 	}
 	return nil
 }
@@ -148,7 +149,7 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		// Fail closed: the rule says this request needs credentials, and sending it without
 		// them (or with whatever the sandbox put in the header) is never right.
 		x.setError(fmt.Errorf("inject credentials %v: %w", x.d.Secrets, errNoInjector))
-		return x.fail(r, http.StatusServiceUnavailable, codeCredentialUnavailable, failInject), nil
+		return x.fail(r, policy.ReasonInjectionFailed), nil
 	}
 	if inj := x.p.cfg.Injector; inj != nil {
 		if err := inj.Inject(r, x.d); err != nil {
@@ -156,7 +157,7 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 				return x.deny(r, x.refusalDecision(den)), nil
 			}
 			x.setError(fmt.Errorf("inject credentials: %w", err))
-			return x.fail(r, http.StatusServiceUnavailable, codeCredentialUnavailable, failInject), nil
+			return x.fail(r, policy.ReasonInjectionFailed), nil
 		}
 		x.mu.Lock()
 		x.secrets = x.d.Secrets
@@ -174,7 +175,7 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		_ = resp.Body.Close()
 		x.setError(errors.New("upstream switched protocols; upgrades are not proxied"))
-		return x.fail(r, http.StatusBadGateway, codeUnreachable, failUpgrade), nil
+		return x.fail(r, policy.ReasonUpgradeUnsupported), nil
 	}
 	if f, ok := x.p.cfg.Injector.(ResponseFilter); ok {
 		resp = f.FilterResponse(resp)
@@ -204,24 +205,23 @@ func (x *exchange) gotConn(info httptrace.GotConnInfo) {
 // upstreamFailure maps a transport error to the client's response: a refused address is a
 // denial, an oversized body 413, a timeout 504, anything else 502.
 func (x *exchange) upstreamFailure(r *http.Request, err error) *http.Response {
-	var den *denial
 	if ref, ok := asRefusal(err); ok { // a placeholder met in the request body
 		return x.deny(r, x.refusalDecision(ref))
 	}
-	switch {
-	case errors.As(err, &den):
-		return x.deny(r, withRule(den.d, x.d.Rule))
-	case errors.Is(err, errBodyTooLarge):
-		return x.fail(r, http.StatusRequestEntityTooLarge, codeTooLarge, failBodyLimit)
+	if d, ok := asDenial(err, x.d.Rule); ok {
+		return x.deny(r, d)
+	}
+	if errors.Is(err, errBodyTooLarge) {
+		return x.fail(r, policy.ReasonBodyLimit)
 	}
 	x.setError(err)
 	switch {
 	case isTimeout(err):
-		return x.fail(r, http.StatusGatewayTimeout, codeTimeout, failTimeout)
-	case errors.Is(err, errResolve):
-		return x.fail(r, http.StatusBadGateway, codeUnreachable, failResolve)
+		return x.fail(r, policy.ReasonTimeout)
+	case errors.Is(err, egress.ErrResolve):
+		return x.fail(r, policy.ReasonResolveFailed)
 	}
-	return x.fail(r, http.StatusBadGateway, codeUnreachable, failConnect)
+	return x.fail(r, policy.ReasonConnectFailed)
 }
 
 // deny answers the request with the 403 for d.
@@ -233,12 +233,12 @@ func (x *exchange) deny(r *http.Request, d policy.Decision) *http.Response {
 }
 
 // fail answers the request with an error other than a denial.
-func (x *exchange) fail(r *http.Request, status int, code, reason string) *http.Response {
+func (x *exchange) fail(r *http.Request, reason policy.Reason) *http.Response {
 	host := x.d.Host
 	if host == "" {
 		host = x.host
 	}
-	return x.respond(failResponse(r, status, code, host, x.port, reason))
+	return x.respond(failResponse(r, reason, host, x.port))
 }
 
 // respond records resp's status and counts its body; closing the body ends the exchange.

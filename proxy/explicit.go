@@ -86,7 +86,7 @@ func (p *Proxy) serveExplicit(w http.ResponseWriter, r *http.Request) {
 // notProxy answers a request that is not a proxy request (origin-form, sent to the proxy
 // as if it were the server).
 func notProxy(w http.ResponseWriter, r *http.Request) {
-	resp := failResponse(r, http.StatusBadRequest, codeBadRequest, "", 0, failNotProxy)
+	resp := failResponse(r, policy.ReasonNotProxyRequest, "", 0)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
@@ -155,7 +155,7 @@ func (t *tunnel) screenHello(br *bufio.Reader) ([]byte, error) {
 	case !hello.tls:
 		return nil, nil // not TLS, or nothing sent before EOF: relay as is
 	case err != nil:
-		t.refuse(policy.Decision{Reason: ReasonBadClientHello, Rule: t.d.Rule, Host: t.host, Port: t.port,
+		t.refuse(policy.Decision{Reason: policy.ReasonBadClientHello, Rule: t.d.Rule, Host: t.host, Port: t.port,
 			Detail: "the client's TLS handshake could not be parsed"})
 		return nil, err
 	case hello.sni == "":
@@ -170,7 +170,7 @@ func (t *tunnel) screenHello(br *bufio.Reader) ([]byte, error) {
 
 // sniMismatch is the denial of a TLS server name that differs from the tunnel's host.
 func sniMismatch(t *tunnel, sni string) policy.Decision {
-	return policy.Decision{Reason: ReasonHostMismatch, Rule: t.d.Rule, Host: t.host, Port: t.port,
+	return policy.Decision{Reason: policy.ReasonHostMismatch, Rule: t.d.Rule, Host: t.host, Port: t.port,
 		Detail: fmt.Sprintf("TLS server name %q does not match tunnel host %q", sni, t.host)}
 }
 

@@ -30,6 +30,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -276,7 +277,11 @@ func newHarness(t testing.TB, pol *policy.Policy, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = al.Close() }) // runs after the proxy's cleanup: events are flushed
-	cfg := Config{Policy: h.src, CA: ca, Audit: al, Resolver: h.res, UpstreamRoots: h.upstream.pool,
+	g, err := egress.New(egress.Config{Resolver: h.res, Dial: h.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Policy: h.src, CA: ca, Audit: al, Guard: g, UpstreamRoots: h.upstream.pool,
 		Registerer: h.reg, DialTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
@@ -285,7 +290,6 @@ func newHarness(t testing.TB, pol *policy.Policy, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.guard.dial = h.dial
 	h.p = p
 	h.addr = h.serve(p.Serve)
 	if cfg.OriginalDst != nil {

@@ -90,10 +90,10 @@ func (p *Proxy) serveConn(srv *http.Server, conn net.Conn) {
 // dialPinned is the dialFunc of an intercepted tunnel: the tunnel's addresses, resolved
 // once when it opened, checked again under the policy of the request being forwarded.
 func (t *tunnel) dialPinned(ctx context.Context, x *exchange, _ string, _ int) (net.Conn, error) {
-	if err := t.p.guard.check(x.pol, t.target.host, t.target.port, t.target.addrs); err != nil {
+	if err := t.p.guard.Check(t.target, x.pol); err != nil {
 		return nil, err
 	}
-	c, ap, err := t.p.guard.connect(ctx, t.target)
+	c, ap, err := t.p.connect(ctx, t.target)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
+
+	"github.com/airlock-dev/airlock/egress"
 )
 
 // maxAcceptDelay caps the back-off after a failed Accept on the transparent listener.
@@ -24,7 +26,7 @@ const maxAcceptDelay = time.Second
 type Proxy struct {
 	cfg      Config
 	metrics  *metrics
-	guard    *guard
+	guard    *egress.Guard
 	gp       *goproxy.ProxyHttpServer
 	srv      *http.Server // the explicit listener's server
 	explicit *upstreams   // transports of absolute-form requests
@@ -49,11 +51,10 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg:       cfg,
 		metrics:   newMetrics(),
-		guard:     newGuard(cfg.Resolver, cfg.DialTimeout, cfg.SelfAddrs),
+		guard:     cfg.Guard,
 		errorLog:  log.New(logWriter{cfg.Logger}, "", 0),
 		listeners: make(map[net.Listener]struct{}),
 	}
-	p.guard.names = cfg.NameAddrs
 	p.explicit = p.newUpstreams(p.dialResolved(netip.Addr{}))
 	p.gp = p.newGoproxy()
 	p.srv = p.newServer(http.HandlerFunc(p.serveExplicit))
@@ -74,7 +75,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 		_ = l.Close()
 		return ErrClosed
 	}
-	p.guard.addSelfListener(l)
+	p.guard.Self().AddListener(l)
 	err := p.srv.Serve(&headListener{Listener: l, max: p.cfg.MaxHeaderBytes + 4096})
 	if errors.Is(err, http.ErrServerClosed) {
 		return ErrClosed
@@ -95,7 +96,7 @@ func (p *Proxy) ServeTransparent(l net.Listener) error {
 		return ErrClosed
 	}
 	defer p.removeListener(l)
-	p.guard.addSelfListener(l)
+	p.guard.Self().AddListener(l)
 	var delay time.Duration
 	for {
 		c, err := l.Accept()

@@ -14,29 +14,19 @@ import (
 // on an allowed response that enforce mode would have denied. Other responses carry nothing.
 const headerDecision = "X-Airlock-Decision"
 
-// Values of the "error" field of the proxy's JSON error bodies.
-const (
-	codeDenied                = "egress_denied"          // 403
-	codeUnreachable           = "upstream_unreachable"   // 502
-	codeTimeout               = "upstream_timeout"       // 504
-	codeCredentialUnavailable = "credential_unavailable" // 503
-	codeTooLarge              = "request_too_large"      // 413
-	codeTooManyTunnels        = "too_many_tunnels"       // 429
-	codeBadRequest            = "bad_request"            // 400
-)
+// Values of the "error" field of the proxy's JSON error bodies, by status. A denial's status
+// and a failure's status come from the reason catalogue (policy.Reason.HTTPStatus).
+const codeDenied = "egress_denied" // 403
 
-// Values of the "reason" field of failures (denials carry the decision's reason).
-const (
-	failResolve     = "resolve_failed"
-	failConnect     = "connect_failed"
-	failTimeout     = "timeout"
-	failUpgrade     = "upgrade_unsupported"
-	failInject      = "injection_failed"
-	failBodyLimit   = "body_limit"
-	failTunnelLimit = "tunnel_limit"
-	failNotProxy    = "not_a_proxy_request"
-	failScheme      = "unsupported_scheme"
-)
+// failCodes is the "error" field of a failure, by its status.
+var failCodes = map[int]string{
+	http.StatusBadRequest:            "bad_request",
+	http.StatusRequestEntityTooLarge: "request_too_large",
+	http.StatusTooManyRequests:       "too_many_tunnels",
+	http.StatusBadGateway:            "upstream_unreachable",
+	http.StatusServiceUnavailable:    "credential_unavailable",
+	http.StatusGatewayTimeout:        "upstream_timeout",
+}
 
 // deniedBody is the JSON body of a denial; every field is always present.
 type deniedBody struct {
@@ -46,6 +36,8 @@ type deniedBody struct {
 	Rule   string `json:"rule"`
 	Reason string `json:"reason"`
 	Detail string `json:"detail"`
+	// Remedy is the catalogue's one-line remedy for Reason (additive to the contract).
+	Remedy string `json:"remedy,omitempty"`
 }
 
 // failedBody is the JSON body of every other error. It names the destination and a coarse
@@ -57,7 +49,8 @@ type failedBody struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// denyResponse is the 403 for decision d on host:port.
+// denyResponse is the denial (403 unless the catalogue says otherwise) for decision d on
+// host:port.
 func denyResponse(req *http.Request, d policy.Decision, host string, port int) *http.Response {
 	if d.Host != "" {
 		host = d.Host
@@ -65,16 +58,27 @@ func denyResponse(req *http.Request, d policy.Decision, host string, port int) *
 	if d.Port != 0 {
 		port = d.Port
 	}
-	resp := jsonResponse(req, http.StatusForbidden, deniedBody{
+	status := d.Reason.HTTPStatus()
+	if status < 400 || status > 499 {
+		status = http.StatusForbidden
+	}
+	resp := jsonResponse(req, status, deniedBody{
 		Error: codeDenied, Host: host, Port: port, Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail,
+		Remedy: d.Reason.Remedy(),
 	})
 	resp.Header.Set(headerDecision, "deny")
 	return resp
 }
 
-// failResponse is an error response other than a denial.
-func failResponse(req *http.Request, status int, code, host string, port int, reason string) *http.Response {
-	resp := jsonResponse(req, status, failedBody{Error: code, Host: host, Port: port, Reason: reason})
+// failResponse is an error response other than a denial: its status and "error" field
+// follow from the reason's catalogue entry.
+func failResponse(req *http.Request, reason policy.Reason, host string, port int) *http.Response {
+	status := reason.HTTPStatus()
+	code, ok := failCodes[status]
+	if !ok { // a reason without a failure status: a bug, answered as a bad gateway
+		status, code = http.StatusBadGateway, failCodes[http.StatusBadGateway]
+	}
+	resp := jsonResponse(req, status, failedBody{Error: code, Host: host, Port: port, Reason: string(reason)})
 	if status == http.StatusTooManyRequests {
 		resp.Header.Set("Retry-After", "1")
 	}

@@ -24,7 +24,7 @@ func (p *Proxy) serveTransparent(c net.Conn) {
 	orig, err := p.cfg.OriginalDst.OriginalDst(c)
 	if err != nil {
 		t := p.newTunnel(kindTransparent, c.RemoteAddr())
-		t.refuse(policy.Decision{Reason: ReasonOriginalDstUnknown, Detail: "the original destination of the connection is unknown"})
+		t.refuse(policy.Decision{Reason: policy.ReasonOriginalDstUnknown, Detail: "the original destination of the connection is unknown"})
 		t.setError(err)
 		t.finish()
 		return
@@ -42,7 +42,7 @@ func (p *Proxy) serveTransparent(c net.Conn) {
 	default:
 		t := p.newTunnel(kindTransparent, c.RemoteAddr())
 		t.dest = orig.String()
-		t.refuse(policy.Decision{Reason: ReasonUnknownProtocol, Port: int(orig.Port()),
+		t.refuse(policy.Decision{Reason: policy.ReasonUnknownProtocol, Port: int(orig.Port()),
 			Detail: "the connection speaks neither TLS nor HTTP"})
 		t.finish()
 	}
@@ -56,11 +56,11 @@ func (p *Proxy) transparentTLS(c net.Conn, br *bufio.Reader, orig netip.AddrPort
 	hello, first, err := readClientHello(br)
 	switch {
 	case err != nil:
-		t.refuse(policy.Decision{Reason: ReasonBadClientHello, Port: int(orig.Port()),
+		t.refuse(policy.Decision{Reason: policy.ReasonBadClientHello, Port: int(orig.Port()),
 			Detail: "the client's TLS handshake could not be parsed"})
 		return
 	case hello.sni == "":
-		t.refuse(policy.Decision{Reason: ReasonSNIMissing, Port: int(orig.Port()),
+		t.refuse(policy.Decision{Reason: policy.ReasonSNIMissing, Port: int(orig.Port()),
 			Detail: fmt.Sprintf("TLS connection to %s names no server (SNI)", orig)})
 		return
 	}
@@ -96,7 +96,7 @@ func (p *Proxy) transparentHTTP(c net.Conn, br *bufio.Reader, orig netip.AddrPor
 		t := p.newTunnel(kindTransparent, c.RemoteAddr())
 		t.dest = orig.String()
 		t.refuse(tunnelLimit("", "", int(orig.Port())))
-		writeRaw(c, t.respond(failResponse(nil, http.StatusTooManyRequests, codeTooManyTunnels, "", int(orig.Port()), failTunnelLimit)))
+		writeRaw(c, t.respond(failResponse(nil, policy.ReasonTunnelLimit, "", int(orig.Port()))))
 		t.finish()
 		return
 	}

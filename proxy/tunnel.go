@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -34,7 +35,7 @@ type tunnel struct {
 	host   string         // normalised host the decision was made on
 	port   int
 	d      policy.Decision // the connection-level decision
-	target target          // checked upstream addresses
+	target egress.Target   // checked upstream addresses
 	ups    *upstreams      // intercepted tunnels: transports to target
 	up     atomic.Int64
 	down   atomic.Int64
@@ -278,11 +279,9 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 	}
 	if !p.acquireTunnel() {
 		t.refuse(tunnelLimit(t.d.Rule, t.host, t.port))
-		return t.respond(failResponse(nil, http.StatusTooManyRequests, codeTooManyTunnels, t.host, t.port, failTunnelLimit))
+		return t.respond(failResponse(nil, policy.ReasonTunnelLimit, t.host, t.port))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
-	defer cancel()
-	tg, err := p.guard.resolve(ctx, t.pol, t.host, t.port, want)
+	tg, err := p.resolve(context.Background(), t.pol, t.host, t.port, want)
 	if err != nil {
 		p.releaseTunnel()
 		return t.respond(p.tunnelFailure(t, nil, err))
@@ -293,13 +292,13 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 
 // tunnelLimit is the refusal of a tunnel beyond MaxTunnels.
 func tunnelLimit(rule, host string, port int) policy.Decision {
-	return policy.Decision{Reason: ReasonTunnelLimit, Rule: rule, Host: host, Port: port,
+	return policy.Decision{Reason: policy.ReasonTunnelLimit, Rule: rule, Host: host, Port: port,
 		Detail: "too many tunnels are open; retry later"}
 }
 
 // connectTunnel dials the tunnel's checked addresses.
 func (p *Proxy) connectTunnel(t *tunnel) (net.Conn, error) {
-	c, ap, err := p.guard.connect(context.Background(), t.target)
+	c, ap, err := p.connect(context.Background(), t.target)
 	if err != nil {
 		return nil, err
 	}
@@ -311,20 +310,18 @@ func (p *Proxy) connectTunnel(t *tunnel) (net.Conn, error) {
 
 // tunnelFailure maps a resolve or dial error to the response refusing the tunnel.
 func (p *Proxy) tunnelFailure(t *tunnel, r *http.Request, err error) *http.Response {
-	var den *denial
-	if errors.As(err, &den) {
-		d := withRule(den.d, t.d.Rule)
+	if d, ok := asDenial(err, t.d.Rule); ok {
 		t.refuse(d)
 		return denyResponse(r, d, t.host, t.port)
 	}
 	t.setError(err)
 	switch {
 	case isTimeout(err):
-		return failResponse(r, http.StatusGatewayTimeout, codeTimeout, t.host, t.port, failTimeout)
-	case errors.Is(err, errResolve):
-		return failResponse(r, http.StatusBadGateway, codeUnreachable, t.host, t.port, failResolve)
+		return failResponse(r, policy.ReasonTimeout, t.host, t.port)
+	case errors.Is(err, egress.ErrResolve):
+		return failResponse(r, policy.ReasonResolveFailed, t.host, t.port)
 	}
-	return failResponse(r, http.StatusBadGateway, codeUnreachable, t.host, t.port, failConnect)
+	return failResponse(r, policy.ReasonConnectFailed, t.host, t.port)
 }
 
 // respond records the status of the response refusing the tunnel.

@@ -111,11 +111,11 @@ const (
 // and only want is dialled.
 func (p *Proxy) dialResolved(want netip.Addr) dialFunc {
 	return func(ctx context.Context, x *exchange, host string, port int) (net.Conn, error) {
-		t, err := p.guard.resolve(ctx, x.pol, host, port, want)
+		t, err := p.resolve(ctx, x.pol, host, port, want)
 		if err != nil {
 			return nil, err
 		}
-		c, ap, err := p.guard.connect(ctx, t)
+		c, ap, err := p.connect(ctx, t)
 		if err != nil {
 			return nil, err
 		}

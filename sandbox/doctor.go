@@ -16,8 +16,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-dev/airlock/ebpf"
 )
 
 // Check results.
@@ -43,105 +41,166 @@ type DoctorOptions struct {
 	VaultAddr    string // Vault to reach, if any (VAULT_ADDR / --vault-addr)
 }
 
+// doctorStage is one named check of Doctor; run returns its row (Name is filled in).
+type doctorStage struct {
+	name string
+	run  func(ctx context.Context, o DoctorOptions) Check
+}
+
+// doctorStages is the table Doctor runs, in the order of its output.
+func (m *Manager) doctorStages() []doctorStage {
+	return []doctorStage{
+		{"privileges", m.checkPrivileges},
+		{"cgroup v2", m.checkCgroup2},
+		{"bpffs", m.checkBPFFS},
+		{"kernel BPF features", m.checkBPFFeatures},
+		{"packet socket guard", m.checkPacketGuard},
+		{"network namespaces", m.checkNetns},
+		{"subnet", m.checkSubnet},
+		{"ports", m.checkPorts},
+		{"state directory", m.checkStateDir},
+		{"vault", m.checkVault},
+	}
+}
+
 // Doctor checks what the local backend needs from this machine: privileges, cgroup v2, bpffs,
 // the kernel's BPF features, network namespaces and veth pairs, the sidecar ports, the subnet,
 // the state directory and Vault. Every failure comes with its fix.
 func (m *Manager) Doctor(ctx context.Context, o DoctorOptions) []Check {
 	var out []Check
-	add := func(name, result, detail, fix string) {
-		out = append(out, Check{Name: name, Result: result, Detail: detail, Fix: fix})
+	for _, s := range m.doctorStages() {
+		c := s.run(ctx, o)
+		c.Name = s.name
+		out = append(out, c)
 	}
+	return out
+}
 
+func pass(detail string) Check           { return Check{Result: Pass, Detail: detail} }
+func result(r, detail, fix string) Check { return Check{Result: r, Detail: detail, Fix: fix} }
+func fail(detail, fix string) Check      { return result(Fail, detail, fix) }
+func warn(detail, fix string) Check      { return result(Warn, detail, fix) }
+func (m *Manager) noKernel() (Check, bool) {
+	if m.Kernel != nil {
+		return Check{}, false
+	}
+	return fail("sandbox manager: Kernel is not set", "a bug in the caller: pass internal/sidecar.SandboxKernel()"), true
+}
+
+func (m *Manager) checkPrivileges(context.Context, DoctorOptions) Check {
 	if os.Geteuid() == 0 {
-		add("privileges", Pass, "running as root", "")
-	} else {
-		add("privileges", Fail, fmt.Sprintf("running as uid %d", os.Geteuid()),
-			"run airlock sandbox as root (it creates namespaces, cgroups and eBPF programs)")
+		return pass("running as root")
 	}
+	return fail(fmt.Sprintf("running as uid %d", os.Geteuid()),
+		"run airlock sandbox as root (it creates namespaces, cgroups and eBPF programs)")
+}
 
-	root, err := ebpf.Cgroup2Root()
+func (m *Manager) checkCgroup2(_ context.Context, o DoctorOptions) Check {
+	if c, ok := m.noKernel(); ok {
+		return c
+	}
+	root, err := m.Kernel.Cgroup2Root()
 	if err != nil {
-		add("cgroup v2", Fail, err.Error(), "mount it: mount -t cgroup2 none /sys/fs/cgroup (or boot with systemd.unified_cgroup_hierarchy=1)")
-	} else {
-		parent := o.CgroupParent
-		if parent == "" {
-			parent = filepath.Join(root, "airlock")
-		}
-		detail := "mounted at " + root + "; sandboxes under " + parent
-		if err := errors.Join(checkCgroup2Dir(parent), checkWritableDir(parent)); err != nil {
-			add("cgroup v2", Fail, detail+": "+err.Error(), "give --cgroup-parent a cgroup v2 directory this user may create children in")
-		} else {
-			add("cgroup v2", Pass, detail, "")
-		}
+		return fail(err.Error(), "mount it: mount -t cgroup2 none /sys/fs/cgroup (or boot with systemd.unified_cgroup_hierarchy=1)")
 	}
-
-	if isMountType("/sys/fs/bpf", "bpf") {
-		add("bpffs", Pass, "mounted at /sys/fs/bpf", "")
-	} else {
-		add("bpffs", Warn, "/sys/fs/bpf is not mounted; the sidecar mounts it on first use",
-			"to make it permanent: mount -t bpf bpf /sys/fs/bpf (or an fstab line)")
+	parent := o.CgroupParent
+	if parent == "" {
+		parent = filepath.Join(root, "airlock")
 	}
+	detail := "mounted at " + root + "; sandboxes under " + parent
+	if err := errors.Join(m.ops().CheckCgroup2Dir(parent), checkWritableDir(parent)); err != nil {
+		return fail(detail+": "+err.Error(), "give --cgroup-parent a cgroup v2 directory this user may create children in")
+	}
+	return pass(detail)
+}
 
-	if err := ebpf.Probe(); err != nil {
-		add("kernel BPF features", Fail, err.Error(),
+func (m *Manager) checkBPFFS(context.Context, DoctorOptions) Check {
+	if c, ok := m.noKernel(); ok {
+		return c
+	}
+	if points, err := m.Kernel.MountPoints("bpf"); err == nil && contains(points, "/sys/fs/bpf") {
+		return pass("mounted at /sys/fs/bpf")
+	}
+	return warn("/sys/fs/bpf is not mounted; the sidecar mounts it on first use",
+		"to make it permanent: mount -t bpf bpf /sys/fs/bpf (or an fstab line)")
+}
+
+func (m *Manager) checkBPFFeatures(context.Context, DoctorOptions) Check {
+	if c, ok := m.noKernel(); ok {
+		return c
+	}
+	if err := m.Kernel.Probe(); err != nil {
+		return fail(err.Error(),
 			"use a kernel >= 5.15 with CONFIG_BPF_SYSCALL, CONFIG_CGROUP_BPF and BTF; production sandboxes refuse to start without it")
-	} else {
-		add("kernel BPF features", Pass, "cgroup sock_addr, sock, skb and sockops programs; ring buffer, socket storage", "")
 	}
-	switch active, lerr := ebpf.BPFLSMActive(); {
-	case ebpf.ProbePacketGuard() == nil:
-		add("packet socket guard", Pass, "the BPF LSM program loads: packet sockets are refused in the kernel", "")
+	return pass("cgroup sock_addr, sock, skb and sockops programs; ring buffer, socket storage")
+}
+
+func (m *Manager) checkPacketGuard(context.Context, DoctorOptions) Check {
+	if c, ok := m.noKernel(); ok {
+		return c
+	}
+	active, lerr := m.Kernel.BPFLSMActive()
+	switch {
+	case m.Kernel.ProbePacketGuard() == nil:
+		return pass("the BPF LSM program loads: packet sockets are refused in the kernel")
 	case lerr == nil && !active:
-		add("packet socket guard", Warn, "the BPF LSM is not active: packet sockets are kept out by sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
+		return warn("the BPF LSM is not active: packet sockets are kept out by sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
 			"boot with lsm=...,bpf to refuse packet sockets in the kernel as well")
-	default:
-		detail := "the kernel refuses the BPF LSM program"
-		if lerr == nil {
-			detail += " although the BPF LSM is active (kernel lockdown or a vendor restriction?)"
-		}
-		add("packet socket guard", Warn, detail+": packet sockets are kept out by sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
-			"production sandboxes work as they are; to refuse packet sockets in the kernel too, use a kernel that loads lsm_cgroup programs")
 	}
+	detail := "the kernel refuses the BPF LSM program"
+	if lerr == nil {
+		detail += " although the BPF LSM is active (kernel lockdown or a vendor restriction?)"
+	}
+	return warn(detail+": packet sockets are kept out by sandbox exec dropping CAP_NET_RAW (--packet-guard best-effort)",
+		"production sandboxes work as they are; to refuse packet sockets in the kernel too, use a kernel that loads lsm_cgroup programs")
+}
 
+func (m *Manager) checkNetns(context.Context, DoctorOptions) Check {
 	if err := probeNetns(); err != nil {
-		add("network namespaces", Fail, err.Error(), "the kernel needs CONFIG_NET_NS and CONFIG_VETH, and airlock needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
-	} else {
-		add("network namespaces", Pass, "created a namespace with a veth pair and removed it", "")
+		return fail(err.Error(), "the kernel needs CONFIG_NET_NS and CONFIG_VETH, and airlock needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
 	}
+	return pass("created a namespace with a veth pair and removed it")
+}
 
+func (m *Manager) checkSubnet(_ context.Context, o DoctorOptions) Check {
 	subnetStr := o.Subnet
 	if subnetStr == "" {
 		subnetStr = DefaultSubnet
 	}
-	if subnet, err := parseSubnet(subnetStr); err != nil {
-		add("subnet", Fail, err.Error(), "give --subnet an IPv4 prefix of /30 or wider")
-	} else if clash := routeOverlap(subnet, m.Store); clash != "" {
-		add("subnet", Fail, fmt.Sprintf("%s overlaps %s", subnet, clash), "pick a --subnet no route of this machine uses")
-	} else {
-		add("subnet", Pass, subnet.String()+" is free for sandbox links", "")
+	subnet, err := parseSubnet(subnetStr)
+	if err != nil {
+		return fail(err.Error(), "give --subnet an IPv4 prefix of /30 or wider")
 	}
+	if clash := routeOverlap(subnet, m.Store); clash != "" {
+		return fail(fmt.Sprintf("%s overlaps %s", subnet, clash), "pick a --subnet no route of this machine uses")
+	}
+	return pass(subnet.String() + " is free for sandbox links")
+}
 
+func (m *Manager) checkPorts(context.Context, DoctorOptions) Check {
 	if busy := wildcardListeners(); len(busy) > 0 {
-		add("ports", Fail, "wildcard listeners on sidecar ports: "+strings.Join(busy, ", "),
+		return fail("wildcard listeners on sidecar ports: "+strings.Join(busy, ", "),
 			"bind that service to specific addresses, or stop it: each sidecar binds its link address on 53, 3128, 4000 and 15001")
-	} else {
-		add("ports", Pass, "nothing listens on *:53, *:3128, *:4000 or *:15001", "")
 	}
+	return pass("nothing listens on *:53, *:3128, *:4000 or *:15001")
+}
 
+func (m *Manager) checkStateDir(context.Context, DoctorOptions) Check {
 	if err := checkWritableDir(m.Store.Dir); err != nil {
-		add("state directory", Fail, err.Error(), "give --state-dir a directory this user can write")
-	} else {
-		add("state directory", Pass, m.Store.Dir, "")
+		return fail(err.Error(), "give --state-dir a directory this user can write")
 	}
+	return pass(m.Store.Dir)
+}
 
+func (m *Manager) checkVault(ctx context.Context, o DoctorOptions) Check {
 	if o.VaultAddr == "" {
-		add("vault", Skip, "no VAULT_ADDR or --vault-addr: policies can only use env and file secrets", "")
-	} else if err := probeVault(ctx, o.VaultAddr); err != nil {
-		add("vault", Fail, err.Error(), "check VAULT_ADDR, the network path to Vault and its TLS trust (VAULT_CACERT)")
-	} else {
-		add("vault", Pass, o.VaultAddr+" answers /v1/sys/health", "")
+		return result(Skip, "no VAULT_ADDR or --vault-addr: policies can only use env and file secrets", "")
 	}
-	return out
+	if err := probeVault(ctx, o.VaultAddr); err != nil {
+		return fail(err.Error(), "check VAULT_ADDR, the network path to Vault and its TLS trust (VAULT_CACERT)")
+	}
+	return pass(o.VaultAddr + " answers /v1/sys/health")
 }
 
 // checkWritableDir reports whether dir, or the nearest ancestor that exists (where dir would be
@@ -160,15 +219,6 @@ func checkWritableDir(dir string) error {
 		}
 		p = filepath.Dir(p)
 	}
-}
-
-func isMountType(path, fstype string) bool {
-	for _, p := range mountsOfType(fstype) {
-		if p == path {
-			return true
-		}
-	}
-	return false
 }
 
 // probeNetns creates and removes a throw-away namespace holding both ends of a veth pair; it

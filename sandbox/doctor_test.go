@@ -1,14 +1,19 @@
-package sandbox
+package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/airlock-dev/airlock/internal/privtest"
+	"github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/sandbox"
 )
 
 // TestDoctor runs the real checks on this machine: everything the tests themselves need must
@@ -16,26 +21,26 @@ import (
 // netns check works in a throw-away namespace; nothing here changes this machine's network.
 func TestDoctor(t *testing.T) {
 	privtest.Require(t)
-	store, err := OpenStore(t.TempDir())
+	store, err := sandbox.OpenStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &Manager{Store: store}
+	m := &sandbox.Manager{Store: store, Kernel: sidecar.SandboxKernel()}
 	cg := testnet.NewCgroup(t)
-	checks := m.Doctor(context.Background(), DoctorOptions{Subnet: "198.19.201.0/24", CgroupParent: cg.Path})
-	byName := map[string]Check{}
+	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: "198.19.201.0/24", CgroupParent: cg.Path})
+	byName := map[string]sandbox.Check{}
 	for _, c := range checks {
 		byName[c.Name] = c
-		if c.Result == Fail && c.Fix == "" {
+		if c.Result == sandbox.Fail && c.Fix == "" {
 			t.Errorf("check %s failed without a fix: %+v", c.Name, c)
 		}
 	}
 	for _, name := range []string{"privileges", "cgroup v2", "kernel BPF features", "network namespaces", "subnet", "state directory"} {
-		if c := byName[name]; c.Result != Pass {
+		if c := byName[name]; c.Result != sandbox.Pass {
 			t.Errorf("check %q = %+v, want PASS on the test machine", name, c)
 		}
 	}
-	if c := byName["vault"]; c.Result != Skip {
+	if c := byName["vault"]; c.Result != sandbox.Skip {
 		t.Errorf("vault with no address = %+v, want SKIP", c)
 	}
 
@@ -59,13 +64,14 @@ func TestDoctor(t *testing.T) {
 	if used == "" {
 		t.Skip("no IPv4 route of /30 or wider in this namespace to collide with")
 	}
-	checks = m.Doctor(context.Background(), DoctorOptions{Subnet: used, CgroupParent: cg.Path})
+	checks = m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: used, CgroupParent: cg.Path})
 	for _, c := range checks {
-		if c.Name == "subnet" && (c.Result != Fail || c.Fix == "") {
+		if c.Name == "subnet" && (c.Result != sandbox.Fail || c.Fix == "") {
 			t.Errorf("subnet %s overlapping a route: %+v, want FAIL with a fix", used, c)
 		}
 	}
-	if netnsExists(doctorNetnsName()) {
-		t.Errorf("the doctor's throw-away namespace %s was left behind", doctorNetnsName())
+	leftover := filepath.Join(sandbox.NetnsDir, fmt.Sprintf("airlock-doctor-%d", os.Getpid()))
+	if _, err := os.Stat(leftover); err == nil {
+		t.Errorf("the doctor's throw-away namespace %s was left behind", leftover)
 	}
 }

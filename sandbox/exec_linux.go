@@ -14,8 +14,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-dev/airlock/ebpf"
 )
 
 // enterEnv carries the enter spec from `sandbox exec` to the `sandbox enter` helper it starts.
@@ -101,7 +99,7 @@ func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
 		return fmt.Errorf("enter cgroup %s: %w", st.Cgroup, err)
 	}
 	procs.Close()
-	return enter(spec, env)
+	return enter(m.Kernel, spec, env)
 }
 
 // prepareExec checks the sandbox and builds the enter spec and the command's environment.
@@ -195,8 +193,9 @@ func StartCommand(cmd *exec.Cmd, st *State) error {
 
 // Enter is the `sandbox enter` helper: started by StartCommand inside the sandbox's network
 // namespace, cgroup and a private mount namespace, it fixes up the mounts, drops privileges and
-// execs the command. It returns only on failure.
-func Enter() error {
+// execs the command. k lists the cgroup and bpf mounts it makes read-only. It returns only on
+// failure.
+func Enter(k Kernel) error {
 	var spec enterSpec
 	if err := json.Unmarshal([]byte(os.Getenv(enterEnv)), &spec); err != nil || len(spec.Argv) == 0 {
 		return errors.New("sandbox enter is started by `airlock sandbox exec`, not by hand")
@@ -205,20 +204,28 @@ func Enter() error {
 	// Capabilities, the bounding set and no_new_privs are per thread: do everything, exec
 	// included, on this one.
 	runtime.LockOSThread()
-	return enter(spec, os.Environ())
+	return enter(k, spec, os.Environ())
 }
 
 // enter finishes entering on this (locked) thread, already in the sandbox's network namespace,
 // cgroup and a mount namespace of its own: resolv.conf, the hidden state directory, read-only
-// cgroup and bpf filesystems, privileges dropped; then it execs the command with env.
-func enter(spec enterSpec, env []string) error {
+// cgroup and bpf filesystems (as k lists them: a mount table it cannot read is a failure, not
+// an empty one), privileges dropped; then it execs the command with env.
+func enter(k Kernel, spec enterSpec, env []string) error {
 	if err := unix.Mount(spec.ResolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("point /etc/resolv.conf at the DNS filter: %w", err)
 	}
 	if err := hideState(spec.StateRoot, spec.PublicDir); err != nil {
 		return err
 	}
-	for _, p := range mountsOfType("cgroup2", "bpf") {
+	if k == nil {
+		return errors.New("sandbox manager: Kernel is not set")
+	}
+	points, err := k.MountPoints("cgroup2", "bpf")
+	if err != nil {
+		return fmt.Errorf("list the cgroup and bpf mounts: %w", err)
+	}
+	for _, p := range points {
 		if err := readOnly(p); err != nil {
 			return err
 		}
@@ -279,19 +286,6 @@ func hideState(root, public string) error {
 		return fmt.Errorf("make %s read-only: %w", root, err)
 	}
 	return nil
-}
-
-// mountsOfType lists the mount points of the given filesystem types.
-func mountsOfType(types ...string) []string {
-	mounts, err := ebpf.Mounts(types...)
-	if err != nil {
-		return nil
-	}
-	out := make([]string, 0, len(mounts))
-	for _, m := range mounts {
-		out = append(out, m.Point)
-	}
-	return out
 }
 
 // readOnly re-mounts p read-only in this mount namespace (a read-only bind of itself).

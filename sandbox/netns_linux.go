@@ -66,8 +66,8 @@ func createNetns(name string) error {
 	return nil
 }
 
-// deleteNetns unmounts and removes /run/netns/name and /etc/netns/name; a missing namespace
-// is not an error.
+// deleteNetns unmounts and removes /run/netns/name; a missing namespace is not an error.
+// (/etc/netns/name belongs to the files step: linuxHost.RemoveNetnsEtc.)
 func deleteNetns(name string) error {
 	path := filepath.Join(NetnsDir, name)
 	var errs []error
@@ -76,9 +76,6 @@ func deleteNetns(name string) error {
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("remove %s: %w", path, err))
-	}
-	if err := os.RemoveAll(filepath.Join(etcNetnsDir, name)); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

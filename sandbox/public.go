@@ -1,43 +1,12 @@
 package sandbox
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/airlock-dev/airlock/internal/trust"
 )
-
-// systemBundles are the trust stores a sandbox's CA bundle starts from when SSL_CERT_FILE is
-// not set, in the order Go's crypto/x509 tries them.
-var systemBundles = []string{
-	"/etc/ssl/certs/ca-certificates.crt",
-	"/etc/pki/tls/certs/ca-bundle.crt",
-	"/etc/ssl/ca-bundle.pem",
-	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-	"/etc/ssl/cert.pem",
-}
-
-// baseTrust returns the PEM roots the sandbox should trust besides the sidecar CA: the file
-// SSL_CERT_FILE names in env, else the first system bundle found. Nothing found is not an
-// error: the bundle then holds only the sidecar CA.
-func baseTrust(env []string) ([]byte, error) {
-	for _, kv := range env {
-		if f, ok := strings.CutPrefix(kv, "SSL_CERT_FILE="); ok && f != "" {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				return nil, fmt.Errorf("read SSL_CERT_FILE %s: %w", f, err)
-			}
-			return data, nil
-		}
-	}
-	for _, f := range systemBundles {
-		if data, err := os.ReadFile(f); err == nil {
-			return data, nil
-		}
-	}
-	return nil, nil
-}
 
 // EnvVars is what the env file sets, in order: the proxy for every client spelling, the CA
 // bundle for every TLS stack, and the local model API.
@@ -67,21 +36,14 @@ var proxyEnvKeys = []string{
 	"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
 }
 
-// writePublic writes the files the sandbox reads: the CA bundle (base roots + the sidecar CA),
-// the env file and resolv.conf; and /etc/netns/<netns>/resolv.conf so that `ip netns exec`
-// gets the DNS filter too.
-func (s *State) writePublic(caPEM, base []byte) error {
+// writePublic writes the files the sandbox reads into its public directory: the CA bundle, the
+// env file and resolv.conf. (/etc/netns/<netns>/resolv.conf, for `ip netns exec`, is the host's:
+// the files step writes it through hostOps.)
+func (s *State) writePublic(bundle []byte) error {
 	if err := os.MkdirAll(s.PublicDir(), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", s.PublicDir(), err)
 	}
-	var bundle bytes.Buffer
-	bundle.Write(base)
-	if len(base) > 0 && !bytes.HasSuffix(base, []byte("\n")) {
-		bundle.WriteByte('\n')
-	}
-	bundle.WriteString("# airlock sidecar CA of sandbox " + s.Name + "\n")
-	bundle.Write(caPEM)
-	if err := writeFileReplace(s.CABundle(), bundle.Bytes(), 0o644); err != nil {
+	if err := trust.Write(s.CABundle(), bundle); err != nil {
 		return err
 	}
 	env := "# airlock sandbox " + s.Name + ": source with `set -a; . FILE`, or docker/systemd env-file\n" +
@@ -89,13 +51,10 @@ func (s *State) writePublic(caPEM, base []byte) error {
 	if err := writeFileReplace(s.EnvFile(), []byte(env), 0o644); err != nil {
 		return err
 	}
-	resolv := []byte("# airlock sandbox " + s.Name + ": the sidecar's DNS filter\nnameserver " + s.HostAddr + "\noptions edns0\n")
-	if err := writeFileReplace(s.ResolvConf(), resolv, 0o644); err != nil {
-		return err
-	}
-	dir := filepath.Join(etcNetnsDir, s.Netns)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	return writeFileReplace(filepath.Join(dir, "resolv.conf"), resolv, 0o644)
+	return writeFileReplace(s.ResolvConf(), s.resolvConf(), 0o644)
+}
+
+// resolvConf points the sandbox's resolver at its DNS filter.
+func (s *State) resolvConf() []byte {
+	return []byte("# airlock sandbox " + s.Name + ": the sidecar's DNS filter\nnameserver " + s.HostAddr + "\noptions edns0\n")
 }

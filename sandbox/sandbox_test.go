@@ -177,20 +177,6 @@ func TestMergeEnv(t *testing.T) {
 	}
 }
 
-func TestBaseTrust(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "roots.pem")
-	if err := os.WriteFile(f, []byte("ROOTS"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := baseTrust([]string{"X=1", "SSL_CERT_FILE=" + f})
-	if err != nil || string(got) != "ROOTS" {
-		t.Errorf("baseTrust with SSL_CERT_FILE = %q, %v", got, err)
-	}
-	if _, err := baseTrust([]string{"SSL_CERT_FILE=/nonexistent/roots.pem"}); err == nil {
-		t.Error("a missing SSL_CERT_FILE must be an error, not an empty trust store")
-	}
-}
-
 func TestLastError(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "log")
 	log := `{"level":"info","msg":"starting"}

@@ -60,23 +60,23 @@ func (m *Manager) Statuses(ctx context.Context, timeout time.Duration) ([]Status
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = status(ctx, st, timeout)
+			out[i] = m.status(ctx, st, timeout)
 		}()
 	}
 	wg.Wait()
 	return out, err
 }
 
-func status(ctx context.Context, st *State, timeout time.Duration) Status {
+func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) Status {
 	s := Status{
 		Name: st.Name, Backend: st.Backend, Phase: st.Phase, Created: st.Created,
 		AgeSeconds: int64(time.Since(st.Created).Seconds()), Policy: st.Policy, Environment: st.Environment,
 		Health: HealthUnknown, Kernel: st.Kernel, Netns: st.Netns, HostVeth: st.HostVeth, HostAddr: st.HostAddr,
 		SandboxAddr: st.SandboxAddr, Cgroup: st.Cgroup, StateDir: st.Dir, EnvFile: st.EnvFile(),
 		CABundle: st.CABundle(), LogFile: st.LogFile(), AuditLog: st.AuditLog(), AdminAddr: st.AdminAddr,
-		SidecarPid: sidecarPid(st),
+		SidecarPid: m.sidecarPid(st),
 	}
-	if alive(st.SupervisorPid, st.SupervisorTick) {
+	if m.ops().Alive(st.SupervisorPid, st.SupervisorTick) {
 		s.SupervisorPid = st.SupervisorPid
 	}
 	if st.Phase != PhaseReady {

@@ -49,102 +49,158 @@ func Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, lo
 	logger := logrus.New()
 	logger.SetOutput(logOut)
 	logger.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
-	log := logger.WithFields(logrus.Fields{"sandbox": st.Name, "component": "supervisor"})
+	s := &supervisor{st: st, logOut: logOut, wanted: wanted, backoff: minBackoff,
+		log: logger.WithFields(logrus.Fields{"sandbox": st.Name, "component": "supervisor"})}
 
 	// Pdeathsig belongs to the thread that forked the child: keep this goroutine on one thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-
-	backoff := minBackoff
-	everReady := false
 	for restarts := 0; ; restarts++ {
-		var (
-			stop func()
-			done = make(chan error, 1)
-			pid  int
-		)
-		if restarts == 0 && adopt > 0 {
-			fd, err := pidfd(adopt)
-			if err != nil {
-				return fmt.Errorf("adopt sidecar %d: %w", adopt, err)
-			}
-			pid = adopt
-			tick, _ := procStart(pid)
-			go func() {
-				defer closeFd(fd)
-				for !waitPidfd(fd, time.Minute) && alive(pid, tick) {
-				}
-				done <- errors.New("sidecar exited")
-			}()
-			stop = func() {
-				if err := stopProcess(pid, tick, StopGrace); err != nil {
-					log.WithError(err).Warn("stop adopted sidecar")
-				}
-				<-done
-			}
-			log.WithField("pid", pid).Info("supervising sidecar")
-		} else {
-			cmd := exec.Command(st.Binary, st.SidecarArgs...)
-			cmd.Stdout, cmd.Stderr = logOut, logOut
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-			if err := cmd.Start(); err != nil {
-				return fmt.Errorf("start sidecar: %w", err)
-			}
-			pid = cmd.Process.Pid
-			_ = writePidFile(st.sidecarPidFile(), pid)
-			go func() { done <- cmd.Wait() }()
-			stop = func() { stopSidecar(cmd, done, log) }
-			log.WithFields(logrus.Fields{"pid": pid, "restarts": restarts}).Info("sidecar started")
-		}
-		began := time.Now()
-		ready := make(chan struct{})
-		readyCtx, stopReady := context.WithCancel(ctx)
-		go func() {
-			if waitReady(readyCtx, st.AdminAddr, 0) == nil {
-				close(ready)
-			}
-		}()
-
+		var run *sidecarRun
 		var err error
-		select {
-		case <-ctx.Done():
-			stopReady()
-			stop()
-			_ = os.Remove(st.sidecarPidFile())
-			return nil
-		case err = <-done:
+		if restarts == 0 && adopt > 0 {
+			run, err = s.adopt(adopt)
+		} else {
+			run, err = s.spawn(restarts)
 		}
-		stopReady()
-		select {
-		case <-ready:
-			everReady = true
-		default:
+		if err != nil {
+			return err
 		}
-		_ = os.Remove(st.sidecarPidFile())
-		if !everReady {
-			log.WithError(err).Error("sidecar exited before it was ready; not restarting")
-			return ErrSidecarNeverReady
-		}
-		if wanted != nil && !wanted() {
-			log.WithError(err).Info("sidecar exited and the sandbox is gone or being deleted; supervisor exits")
+		exitErr, stopped := s.watch(ctx, run)
+		if stopped {
 			return nil
 		}
-		if time.Since(began) > healthyRun {
-			backoff = minBackoff
+		if again, err := s.decide(exitErr, run); !again {
+			return err
 		}
-		log.WithError(err).WithField("restart_in", backoff.String()).Warn("sidecar exited; restarting")
-		select {
-		case <-ctx.Done():
+		if !s.pause(ctx) {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
-// writePidFile records pid and its start time.
-func writePidFile(path string, pid int) error {
-	start, _ := procStart(pid)
+// supervisor is one Supervise loop; its stages are adopt or spawn (a sidecar runs), watch
+// (until it exits or the supervisor is told to stop), decide (restart or not) and pause (the
+// back-off).
+type supervisor struct {
+	st        *State
+	logOut    *os.File
+	log       *logrus.Entry
+	wanted    func() bool
+	backoff   time.Duration
+	everReady bool
+}
+
+// sidecarRun is one running sidecar: done gets its exit, stop ends it.
+type sidecarRun struct {
+	pid   int
+	began time.Time
+	done  chan error
+	stop  func()
+}
+
+// adopt watches the already running first sidecar through a pidfd.
+func (s *supervisor) adopt(pid int) (*sidecarRun, error) {
+	fd, err := pidfd(pid)
+	if err != nil {
+		return nil, fmt.Errorf("adopt sidecar %d: %w", pid, err)
+	}
+	run := &sidecarRun{pid: pid, began: time.Now(), done: make(chan error, 1)}
+	tick, _ := procStart(pid)
+	go func() {
+		defer closeFd(fd)
+		for !waitPidfd(fd, time.Minute) && alive(pid, tick) {
+		}
+		run.done <- errors.New("sidecar exited")
+	}()
+	run.stop = func() {
+		if err := stopProcess(pid, tick, StopGrace); err != nil {
+			s.log.WithError(err).Warn("stop adopted sidecar")
+		}
+		<-run.done
+	}
+	s.log.WithField("pid", pid).Info("supervising sidecar")
+	return run, nil
+}
+
+// spawn starts a sidecar as the supervisor's child; it gets SIGTERM if the supervisor dies.
+func (s *supervisor) spawn(restarts int) (*sidecarRun, error) {
+	cmd := exec.Command(s.st.Binary, s.st.SidecarArgs...)
+	cmd.Stdout, cmd.Stderr = s.logOut, s.logOut
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start sidecar: %w", err)
+	}
+	run := &sidecarRun{pid: cmd.Process.Pid, began: time.Now(), done: make(chan error, 1)}
+	start, _ := procStart(run.pid)
+	_ = writePidFile(s.st.sidecarPidFile(), run.pid, start)
+	go func() { run.done <- cmd.Wait() }()
+	run.stop = func() { stopSidecar(cmd, run.done, s.log) }
+	s.log.WithFields(logrus.Fields{"pid": run.pid, "restarts": restarts}).Info("sidecar started")
+	return run, nil
+}
+
+// watch waits for the sidecar to exit, noting whether it was ever ready; when ctx ends first,
+// it stops the sidecar and reports stopped.
+func (s *supervisor) watch(ctx context.Context, run *sidecarRun) (exitErr error, stopped bool) {
+	ready := make(chan struct{})
+	readyCtx, stopReady := context.WithCancel(ctx)
+	defer stopReady()
+	go func() {
+		if waitReady(readyCtx, s.st.AdminAddr, 0) == nil {
+			close(ready)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		stopReady()
+		run.stop()
+		_ = os.Remove(s.st.sidecarPidFile())
+		return nil, true
+	case exitErr = <-run.done:
+	}
+	stopReady()
+	select {
+	case <-ready:
+		s.everReady = true
+	default:
+	}
+	_ = os.Remove(s.st.sidecarPidFile())
+	return exitErr, false
+}
+
+// decide says whether to restart the sidecar that exited with exitErr: never when no sidecar
+// was ever ready (ErrSidecarNeverReady: a configuration error restarting cannot fix), nor when
+// the sandbox is gone or being deleted.
+func (s *supervisor) decide(exitErr error, run *sidecarRun) (again bool, err error) {
+	if !s.everReady {
+		s.log.WithError(exitErr).Error("sidecar exited before it was ready; not restarting")
+		return false, ErrSidecarNeverReady
+	}
+	if s.wanted != nil && !s.wanted() {
+		s.log.WithError(exitErr).Info("sidecar exited and the sandbox is gone or being deleted; supervisor exits")
+		return false, nil
+	}
+	if time.Since(run.began) > healthyRun {
+		s.backoff = minBackoff
+	}
+	s.log.WithError(exitErr).WithField("restart_in", s.backoff.String()).Warn("sidecar exited; restarting")
+	return true, nil
+}
+
+// pause waits the back-off (false when ctx ends first) and doubles it up to maxBackoff.
+func (s *supervisor) pause(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(s.backoff):
+	}
+	s.backoff = min(2*s.backoff, maxBackoff)
+	return true
+}
+
+// writePidFile records pid and its start time (clock ticks).
+func writePidFile(path string, pid int, start uint64) error {
 	return writeFileReplace(path, []byte(strconv.Itoa(pid)+" "+strconv.FormatUint(start, 10)+"\n"), 0o644)
 }
 

@@ -1,26 +1,12 @@
 package main
 
-import (
-	"bytes"
-	"os"
-	"path/filepath"
-)
+import "github.com/airlock-dev/airlock/internal/trust"
 
 // caBundleFlags registers --ca-bundle-out: in a Kubernetes pod the sidecar writes the trust
 // store of the app containers into a volume they mount read-only, so they trust its
 // interception CA without ever seeing its key (which stays in --state-dir).
 func caBundleFlags(fs *flagSet, c *runConfig) {
 	fs.StringVar(&c.caBundleOut, "ca-bundle-out", "", "write a CA bundle (system roots + this sidecar's interception CA) to this file at start, for the sandbox's SSL_CERT_FILE")
-}
-
-// systemTrustFiles are the trust stores the bundle starts from, in the order Go's crypto/x509
-// tries them on Linux.
-var systemTrustFiles = []string{
-	"/etc/ssl/certs/ca-certificates.crt",
-	"/etc/pki/tls/certs/ca-bundle.crt",
-	"/etc/ssl/ca-bundle.pem",
-	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-	"/etc/ssl/cert.pem",
 }
 
 // writeCABundle atomically writes file: the system roots (the first store found; none found
@@ -30,35 +16,11 @@ func writeCABundle(file string, caPEM []byte) error {
 	if file == "" {
 		return nil
 	}
-	var b bytes.Buffer
-	for _, f := range systemTrustFiles {
-		if data, err := os.ReadFile(f); err == nil {
-			b.Write(data)
-			if len(data) > 0 && data[len(data)-1] != '\n' {
-				b.WriteByte('\n')
-			}
-			break
-		}
-	}
-	b.WriteString("# airlock sidecar interception CA\n")
-	b.Write(caPEM)
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".ca-bundle-*")
+	bundle, err := trust.Build(nil, "airlock sidecar interception CA", caPEM)
 	if err != nil {
 		return failf("--ca-bundle-out: %v", err)
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
-	if _, err := tmp.Write(b.Bytes()); err != nil {
-		tmp.Close()
-		return failf("--ca-bundle-out: write %s: %v", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return failf("--ca-bundle-out: %v", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return failf("--ca-bundle-out: %v", err)
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
+	if err := trust.Write(file, bundle); err != nil {
 		return failf("--ca-bundle-out: %v", err)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/airlock-dev/airlock/internal/trust"
 )
 
 func TestWriteCABundle(t *testing.T) {
@@ -23,7 +25,7 @@ func TestWriteCABundle(t *testing.T) {
 	if !bytes.HasSuffix(got, ca) || bytes.Count(got, ca) != 1 {
 		t.Errorf("bundle does not end with the CA exactly once:\n%s", got)
 	}
-	for _, f := range systemTrustFiles {
+	for _, f := range trust.SystemBundles() {
 		if roots, err := os.ReadFile(f); err == nil {
 			if !bytes.HasPrefix(got, roots) {
 				t.Errorf("bundle does not start with the system roots of %s", f)

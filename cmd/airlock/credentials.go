@@ -106,7 +106,7 @@ type credentialBroker struct {
 // secret of the policy once so values are cached and redacted before the first request, and
 // writes the placeholders file. Fetch failures are logged, not fatal: requests that need a
 // missing secret fail closed with 503.
-func startCredentials(cfg *runConfig, c *credConfig, store *policy.Store, log *logrus.Logger, al *audit.Logger, reg prometheus.Registerer) (*credentialBroker, error) {
+func startCredentials(cfg *runConfig, c *credConfig, store *policy.Store, log *logrus.Logger, al audit.Sink, reg prometheus.Registerer) (*credentialBroker, error) {
 	pol := store.Current()
 	secrets := pol.Secrets()
 	var vaultNames []string

@@ -50,19 +50,14 @@ func (d *dnsListener) start(cfg *runConfig, s *sidecar, reg prometheus.Registere
 	}
 	var upstreams []netip.AddrPort
 	if cfg.upstreamDNS != "" {
-		for _, u := range strings.Split(cfg.upstreamDNS, ",") {
-			u = strings.TrimSpace(u)
-			if _, _, err := net.SplitHostPort(u); err != nil {
-				u = net.JoinHostPort(u, "53")
-			}
-			ap, err := netip.ParseAddrPort(u)
-			if err != nil {
-				return failf("--upstream-dns %q: want ip:port", cfg.upstreamDNS)
-			}
+		var err error
+		if upstreams, err = policy.ParseUpstreams(strings.Split(cfg.upstreamDNS, ",")); err != nil {
+			return failf("--upstream-dns %q: want ip:port: %v", cfg.upstreamDNS, err)
+		}
+		for _, ap := range upstreams {
 			if slices.Contains(d.addrs(), ap) {
 				return failf("--upstream-dns %s is the DNS filter's own --dns-addr; name the resolver it should forward to", ap)
 			}
-			upstreams = append(upstreams, ap)
 		}
 	}
 	var llm netip.AddrPort

@@ -38,7 +38,7 @@ type kernel struct {
 // kernel cannot enforce (probe or attach fails), production refuses to start with one line;
 // staging and development log a WARN and go on with the proxy and DNS filter only (nil
 // kernel, nil error). A pod cgroup that cannot be found is refused in every environment.
-func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Logger, reg prometheus.Registerer, proxyLn net.Listener) (*kernel, error) {
+func startKernel(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al audit.Sink, reg prometheus.Registerer, proxyLn net.Listener) (*kernel, error) {
 	if cfg.cgroup == "" && !cfg.pod.enabled {
 		return nil, nil
 	}
@@ -247,7 +247,7 @@ func policyCIDRs(pol *policy.Policy) []ebpf.CIDRRule {
 func denyAuditEvent(ev ebpf.DenyEvent) audit.Event {
 	e := audit.Event{
 		Time: ev.Time, Kind: audit.KindConnect, Decision: audit.DecisionDeny,
-		Reason: "kernel_" + string(ev.Reason),
+		Reason: string(policy.KernelReason(string(ev.Reason))),
 	}
 	if ev.Report {
 		e.Decision = audit.DecisionReport // would_deny follows from it

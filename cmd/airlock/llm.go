@@ -4,12 +4,12 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/llmproxy"
 )
 
@@ -19,14 +19,12 @@ type llmSidecar struct {
 	proxy  *llmproxy.Proxy
 	ledger *llmproxy.Ledger
 	log    *logrus.Logger
-	// addr is where the model API listens (the proxy's SSRF guard refuses it as a destination).
-	addr netip.AddrPort
 }
 
 // startLLM opens the usage ledger in the state directory, builds the model API and serves
 // it on --llm-addr. With --llm-addr off it returns nil (the admin /v1/usage then answers
 // 404). On error nothing is left open.
-func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *net.Resolver, al *audit.Logger, self []netip.AddrPort) (*llmSidecar, error) {
+func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, guard *egress.Guard, al audit.Sink) (*llmSidecar, error) {
 	if cfg.llmAddr == "off" {
 		return nil, nil
 	}
@@ -39,10 +37,7 @@ func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *n
 		ledger.Close()
 		return nil, failf("--llm-addr: %v", err)
 	}
-	ap, _ := netip.ParseAddrPort(ln.Addr().String())
-	if ap.IsValid() {
-		self = append(self, ap)
-	}
+	guard.Self().AddListener(ln) // the SSRF guard refuses it as a destination
 	p, err := llmproxy.New(llmproxy.Config{
 		Policy: s.store,
 		// Provider keys come from the credential broker (env, file or Vault sources); it fails
@@ -52,26 +47,17 @@ func startLLM(cfg *runConfig, s *sidecar, reg prometheus.Registerer, resolver *n
 		Audit:      al,
 		Logger:     s.log,
 		Registerer: reg,
-		Resolver:   resolver,
-		SelfAddrs:  self,
+		Guard:      guard,
 	})
 	if err != nil {
 		ln.Close()
 		ledger.Close()
 		return nil, failf("%v", err)
 	}
-	l := &llmSidecar{proxy: p, ledger: ledger, log: s.log, addr: ap}
+	l := &llmSidecar{proxy: p, ledger: ledger, log: s.log}
 	s.goServe("llm", func() error { return p.Serve(ln) })
 	s.log.WithField("llm", ln.Addr().String()).Info("model API listening")
 	return l, nil
-}
-
-// addrs is the model API's listen address, if it listens.
-func (l *llmSidecar) addrs() []netip.AddrPort {
-	if l == nil || !l.addr.IsValid() {
-		return nil
-	}
-	return []netip.AddrPort{l.addr}
 }
 
 // usageHandler serves /v1/usage on the admin listener.

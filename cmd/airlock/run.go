@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
 )
@@ -99,12 +100,12 @@ func runFlags(stderr io.Writer) (*flagSet, *runConfig) {
 	fs.StringVar(&c.sandbox, "sandbox", "default", "sandbox name in audit events and metrics")
 	fs.StringVar(&c.logLevel, "log-level", "info", "operational log level: debug | info | warn | error")
 	fs.BoolVar(&c.adminPprof, "admin-pprof", false, "serve Go profiles at /debug/pprof/ on the admin listener")
-	fs.IntVar(&c.limits.MaxTunnels, "max-tunnels", 1024, "concurrent CONNECT tunnels; beyond this requests get 429 with Retry-After")
-	fs.DurationVar(&c.limits.DialTimeout, "dial-timeout", 10*time.Second, "upstream resolve+connect timeout (504 when exceeded)")
-	fs.DurationVar(&c.limits.IdleTimeout, "idle-timeout", 5*time.Minute, "close tunnels and keep-alive connections idle this long")
-	fs.DurationVar(&c.limits.ResponseHeaderTimeout, "response-header-timeout", 60*time.Second, "wait this long for upstream response headers (504 when exceeded)")
-	fs.IntVar(&c.limits.MaxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted")
-	fs.Int64Var(&c.limits.MaxRequestBodyBytes, "max-request-body", 100<<20, "largest request body accepted (413 beyond)")
+	fs.IntVar(&c.limits.MaxTunnels, "max-tunnels", proxy.DefaultMaxTunnels, "concurrent CONNECT tunnels; beyond this requests get 429 with Retry-After")
+	fs.DurationVar(&c.limits.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "upstream resolve+connect timeout (504 when exceeded)")
+	fs.DurationVar(&c.limits.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close tunnels and keep-alive connections idle this long")
+	fs.DurationVar(&c.limits.ResponseHeaderTimeout, "response-header-timeout", proxy.DefaultResponseHeaderTimeout, "wait this long for upstream response headers (504 when exceeded)")
+	fs.IntVar(&c.limits.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request header block accepted")
+	fs.Int64Var(&c.limits.MaxRequestBodyBytes, "max-request-body", proxy.DefaultMaxRequestBodyBytes, "largest request body accepted (413 beyond)")
 	c.creds = credentialFlags(fs)
 	return fs, c
 }
@@ -164,7 +165,7 @@ func (c *runConfig) validate(fs *flagSet) error {
 // sidecar is a running airlock: what serve started and must stop.
 type sidecar struct {
 	log    *logrus.Logger
-	audit  *audit.Logger
+	audit  audit.Sink
 	store  *policy.Store
 	proxy  *proxy.Proxy
 	creds  *credentialBroker
@@ -279,17 +280,25 @@ func start(cfg *runConfig, pol *policy.Policy, log *logrus.Logger, al *audit.Log
 	if err = s.dns.start(cfg, s, reg, s.kernel.allowMap()); err != nil {
 		return nil, err
 	}
-	if s.llm, err = startLLM(cfg, s, reg, resolver, al, append(listenerAddrs(proxyLn, adminLn), s.dns.addrs()...)); err != nil {
+	// One SSRF guard and one own-address list for everything that dials out: each listener
+	// registers once (the proxy's and the model API's register themselves as they serve).
+	guard, err := egress.New(egress.Config{Resolver: resolver, DialTimeout: cfg.limits.DialTimeout})
+	if err != nil {
+		return nil, failf("%v", err)
+	}
+	for _, ap := range slices.Concat(listenerAddrs(proxyLn, adminLn, s.kernel.listener()), s.dns.addrs()) {
+		guard.Self().Add(ap)
+	}
+	if s.llm, err = startLLM(cfg, s, reg, guard, al); err != nil {
 		return nil, err
 	}
 	s.proxy, err = proxy.New(proxy.Config{
 		Policy:      s.store,
-		Resolver:    resolver,
+		Guard:       guard,
 		Audit:       al,
 		Logger:      log,
 		Registerer:  reg,
 		CA:          ca,
-		SelfAddrs:   slices.Concat(listenerAddrs(proxyLn, adminLn, s.kernel.listener()), s.dns.addrs(), s.llm.addrs()),
 		NameAddrs:   s.dns.nameAddrs(),
 		OriginalDst: s.kernel.originalDst(),
 		Injector:    s.creds.injector(),
@@ -431,15 +440,13 @@ func newResolver(flagAddr string, pol *policy.Policy) (*net.Resolver, error) {
 	if len(upstreams) == 0 {
 		return &net.Resolver{PreferGo: true}, nil
 	}
-	for i, u := range upstreams {
-		u = strings.TrimSpace(u)
-		if _, _, err := net.SplitHostPort(u); err != nil {
-			u = net.JoinHostPort(u, "53")
-		}
-		if _, err := netip.ParseAddrPort(u); err != nil {
-			return nil, fmt.Errorf("upstream DNS %q: want ip:port", upstreams[i])
-		}
-		upstreams[i] = u
+	aps, err := policy.ParseUpstreams(upstreams)
+	if err != nil {
+		return nil, fmt.Errorf("upstream DNS: %w", err)
+	}
+	upstreams = make([]string, len(aps))
+	for i, ap := range aps {
+		upstreams[i] = ap.String()
 	}
 	var d net.Dialer
 	return &net.Resolver{

@@ -16,6 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	// Aliased: package main has a sidecar type of its own (run.go).
+	sidecarpkg "github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
 )
@@ -58,7 +60,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecarpkg.SandboxKernel()}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
@@ -207,9 +209,15 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	printCreated(stdout, st, c.stateDir)
+	return nil
+}
+
+// printCreated tells how to use the created sandbox st.
+func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	sd := ""
-	if c.stateDir != defaultStateDir() {
-		sd = " --state-dir " + c.stateDir
+	if stateDir != defaultStateDir() {
+		sd = " --state-dir " + stateDir
 	}
 	fmt.Fprintf(stdout, `
   run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
@@ -220,7 +228,6 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
   sidecar log:     %[8]s
   remove:          airlock sandbox delete%[9]s %[1]s
 `, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd)
-	return nil
 }
 
 // splitDashDash splits args at the first "--".
@@ -288,26 +295,12 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	if *ephemeral {
-		o, err := c.options(name, nil)
+		remove, err := createEphemeral(m, c, name, stderr)
 		if err != nil {
 			return err
 		}
-		_, err = m.Create(ctx, o)
-		var warn *sandbox.Warning
-		if errors.As(err, &warn) {
-			fmt.Fprintln(stderr, "airlock:", warn.Msg)
-			err = nil
-		}
-		if err != nil {
-			return failf("sandbox exec --ephemeral: create %s: %v", name, err)
-		}
-		defer func() {
-			if err := m.Delete(context.Background(), name); err != nil {
-				fmt.Fprintf(stderr, "airlock: sandbox exec --ephemeral: delete %s: %v\n", name, err)
-			}
-		}()
+		defer remove()
 	}
 	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ()}
 	if !*ephemeral {
@@ -328,6 +321,28 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// createEphemeral creates sandbox name for `exec --ephemeral` and returns its removal.
+func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.Writer) (remove func(), err error) {
+	o, err := c.options(name, nil)
+	if err != nil {
+		return nil, err
+	}
+	_, err = m.Create(context.Background(), o)
+	var warn *sandbox.Warning
+	if errors.As(err, &warn) {
+		fmt.Fprintln(stderr, "airlock:", warn.Msg)
+		err = nil
+	}
+	if err != nil {
+		return nil, failf("sandbox exec --ephemeral: create %s: %v", name, err)
+	}
+	return func() {
+		if err := m.Delete(context.Background(), name); err != nil {
+			fmt.Fprintf(stderr, "airlock: sandbox exec --ephemeral: delete %s: %v\n", name, err)
+		}
+	}, nil
 }
 
 // runInSandbox runs argv in the sandbox with this process's stdio and returns its exit code.
@@ -624,7 +639,7 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 
 // sandboxEnter is the helper exec starts inside the sandbox; it execs the command.
 func sandboxEnter(args []string, stdout, stderr io.Writer) error {
-	err := sandbox.Enter()
+	err := sandbox.Enter(sidecarpkg.SandboxKernel())
 	var ee *sandbox.ExecError
 	if errors.As(err, &ee) {
 		return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}

@@ -64,6 +64,13 @@ var rules = []rule{
 	{module + "/dnsfilter", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
 	{module + "/llmproxy", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
 	{module + "/proxy", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
+	{module + "/egress", []string{"proxy", "llmproxy", "cmd/airlock", "internal/sidecar"}, "the one SSRF dial guard is for the packages that dial out and the wiring"},
+}
+
+// forbidden bans one package (and those below it) from importing another, where a rule for
+// every importer would be too wide.
+var forbidden = []struct{ importer, banned, why string }{
+	{"sandbox", module + "/ebpf", "sandbox reaches the kernel enforcement through the Kernel interface it declares (internal/sidecar adapts ebpf)"},
 }
 
 // leaves import nothing of ours.
@@ -78,6 +85,14 @@ func TestDependencyRules(t *testing.T) {
 					continue
 				}
 				t.Errorf("%s imports %s: %s", rel, imp, r.why)
+			}
+			if rel == "egress" && strings.HasPrefix(imp, module+"/") && imp != module+"/policy" {
+				t.Errorf("egress imports %s: egress imports policy (the classifier and CIDR rules) and nothing else of ours", imp)
+			}
+			for _, f := range forbidden {
+				if (rel == f.importer || strings.HasPrefix(rel, f.importer+"/")) && strings.HasPrefix(imp, f.banned) {
+					t.Errorf("%s imports %s: %s", rel, imp, f.why)
+				}
 			}
 			if contains(leaves, rel) && strings.HasPrefix(imp, module+"/") {
 				t.Errorf("%s imports %s: %s imports nothing of ours", rel, imp, rel)

@@ -1,0 +1,408 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/trust"
+)
+
+// createStep is one named step of Create. do builds its part and returns the detail of its
+// progress line; undo removes what do built and returns the line that says so ("" for none).
+// An undo tolerates an absent resource, so it runs after its own do failed halfway, after a
+// crash (Delete and Reap run every undo of a state file) and twice.
+type createStep struct {
+	name string
+	do   func(ctx context.Context, c *creation) (detail string, err error)
+	undo func(ctx context.Context, st *State) (line string, err error)
+}
+
+// creation is one Create in progress: its options, the state its steps fill in, and what
+// passes from one step to a later one.
+type creation struct {
+	o          CreateOptions
+	st         *State
+	link       link
+	raw        []netip.Prefix
+	profileDoc []byte // the built-in profile's policy file, written once the name is reserved
+	began      time.Time
+	warn       *Warning
+}
+
+// createSteps is the table Create runs in order and undoes in reverse. The kernel programs are
+// attached and pinned by the sidecar, not by a step of their own: the kernel step only checks
+// them, and the cgroup's undo unpins them once nothing runs in the cgroup any more, so that a
+// sandbox process is never left running without them.
+func (m *Manager) createSteps() []createStep {
+	return []createStep{
+		{"netns", m.doNetns, m.undoNetns},
+		{"veth", m.doVeth, m.undoVeth},
+		{"cgroup", m.doCgroup, m.undoCgroup},
+		{"files", m.doFiles, m.undoFiles},
+		{"sidecar", m.doSidecar, m.undoSidecar},
+		{"kernel", m.doKernel, nil},
+	}
+}
+
+// Create builds the sandbox: state file, then the steps of createSteps (network namespace,
+// veth pair, cgroup, CA bundle, env file and resolv.conf, the supervised sidecar, its kernel
+// programs), with one progress line and its time per step. On failure the failed step and
+// every step before it are undone in reverse and the error says which step failed and why.
+// A development or staging sandbox without kernel enforcement comes with a *Warning.
+func (m *Manager) Create(ctx context.Context, o CreateOptions) (*State, error) {
+	c, err := m.plan(o)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := m.Store.Lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := m.reserve(c); err != nil {
+		return nil, err
+	}
+	if err := m.build(ctx, c, m.createSteps()); err != nil {
+		return nil, err
+	}
+	m.progressf("sandbox %s ready in %s", c.st.Name, time.Since(c.began).Round(time.Millisecond))
+	if c.warn != nil {
+		return c.st, c.warn
+	}
+	return c.st, nil
+}
+
+// plan checks the options and works out what does not need the store: environment, subnet,
+// policy, cgroup parent and the host's network namespace.
+func (m *Manager) plan(o CreateOptions) (*creation, error) {
+	c := &creation{o: o, began: time.Now()}
+	if err := ValidateName(o.Name); err != nil {
+		return nil, err
+	}
+	if m.Kernel == nil || m.LoadCA == nil {
+		return nil, errors.New("sandbox manager: Kernel and LoadCA must be set")
+	}
+	env := o.Environment
+	if env == "" {
+		env = EnvDevelopment
+	}
+	switch env {
+	case EnvProduction, EnvStaging, EnvDevelopment:
+	default:
+		return nil, fmt.Errorf("--environment %q: use production, staging or development", env)
+	}
+	subnetStr := o.Subnet
+	if subnetStr == "" {
+		subnetStr = DefaultSubnet
+	}
+	subnet, err := parseSubnet(subnetStr)
+	if err != nil {
+		return nil, err
+	}
+	policyFile, profileDoc, pol, err := m.loadPolicy(o)
+	if err != nil {
+		return nil, err
+	}
+	cgParent, err := m.cgroupParent(o.CgroupParent)
+	if err != nil {
+		return nil, err
+	}
+	hostNs, err := m.ops().CurrentNetns()
+	if err != nil {
+		return nil, err
+	}
+	c.profileDoc, c.raw = profileDoc, rawRoutes(pol)
+	c.st = &State{
+		Name: o.Name, Backend: "local", Phase: PhaseCreating,
+		Policy: policyFile, Profile: o.Profile, Environment: env, Subnet: subnet.String(),
+		Netns: NetnsName(o.Name), HostNetns: hostNs, HostVeth: hostVethName(m.Store.Dir, o.Name),
+		Cgroup: filepath.Join(cgParent, o.Name), Dir: m.Store.SandboxDir(o.Name), Limits: o.Limits,
+		Binary: m.Binary, CreatorPid: os.Getpid(),
+	}
+	for _, p := range c.raw {
+		c.st.RawRoutes = append(c.st.RawRoutes, p.String())
+	}
+	return c, nil
+}
+
+// cgroupParent is the given parent, or <cgroup2 root>/airlock; it must be on cgroup v2.
+func (m *Manager) cgroupParent(parent string) (string, error) {
+	if parent == "" {
+		root, err := m.Kernel.Cgroup2Root()
+		if err != nil {
+			return "", fmt.Errorf("find the cgroup v2 hierarchy (give --cgroup-parent): %w", err)
+		}
+		parent = filepath.Join(root, "airlock")
+	}
+	if err := m.ops().CheckCgroup2Dir(parent); err != nil {
+		return "", err
+	}
+	return parent, nil
+}
+
+// reserve takes the name and a /30 under the store lock: it refuses a name that a sandbox of
+// this store, or a leftover namespace or cgroup, already has, then saves the state file in
+// PhaseCreating before anything is built, so a crash from here on leaves a file naming it all.
+func (m *Manager) reserve(c *creation) error {
+	existing, err := m.Store.List()
+	if err != nil {
+		return err
+	}
+	st := c.st
+	for _, s := range existing {
+		if s.Name == st.Name {
+			return fmt.Errorf("sandbox %s already exists (phase %s, created %s): delete it first", s.Name, s.Phase, s.Created.Format(time.RFC3339))
+		}
+	}
+	subnet := netip.MustParsePrefix(st.Subnet)
+	if st.Index, err = allocate(subnet, existing); err != nil {
+		return err
+	}
+	c.link = linkAt(subnet, st.Index)
+	st.HostAddr, st.SandboxAddr = c.link.Host.String(), c.link.Sandbox.String()
+	if m.ops().CgroupExists(st.Cgroup) {
+		return fmt.Errorf("cgroup %s already exists: a leftover of an earlier sandbox? remove it or run `airlock sandbox reap`", st.Cgroup)
+	}
+	if m.ops().NetnsExists(st.Netns) {
+		return fmt.Errorf("network namespace %s already exists: a leftover of an earlier sandbox, or another state directory's sandbox of the same name", st.Netns)
+	}
+	st.Created = time.Now().UTC()
+	return m.Store.Save(st)
+}
+
+// build makes the sandbox's directory, runs steps in order and marks the sandbox ready. When
+// anything fails, it undoes the failed step and every step before it, in reverse, and forgets
+// the sandbox; when an undo fails too, the state file stays for `sandbox reap`.
+func (m *Manager) build(ctx context.Context, c *creation, steps []createStep) error {
+	err := m.makeDir(c)
+	done, last := 0, time.Now()
+	for i := 0; err == nil && i < len(steps); i++ {
+		s := steps[i]
+		done = i + 1
+		detail, serr := s.do(ctx, c)
+		if serr != nil {
+			err = fmt.Errorf("step %s: %w", s.name, serr)
+			break
+		}
+		now := time.Now()
+		m.progressf("  [%d/%d] %-8s %s (%s)", i+1, len(steps), s.name, detail, now.Sub(last).Round(100*time.Microsecond))
+		last = now
+	}
+	if err == nil {
+		c.st.Phase, c.st.CreatorPid = PhaseReady, 0
+		if err = m.Store.Save(c.st); err == nil {
+			return nil
+		}
+	}
+	if uerr := m.undo(context.WithoutCancel(ctx), c.st, steps[:done]); uerr != nil {
+		return errors.Join(err, fmt.Errorf("undo: %w (run `airlock sandbox reap` to retry)", uerr))
+	}
+	if rerr := m.Store.Remove(c.st.Name); rerr != nil {
+		return errors.Join(err, fmt.Errorf("undo: %w", rerr))
+	}
+	return err
+}
+
+// makeDir creates the sandbox's directory with the sidecar's state directory, and writes the
+// built-in profile's policy file.
+func (m *Manager) makeDir(c *creation) error {
+	if err := os.MkdirAll(c.st.sidecarStateDir(), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", c.st.Dir, err)
+	}
+	if c.profileDoc != nil {
+		return writeFileAtomic(c.st.Policy, c.profileDoc, 0o600)
+	}
+	return nil
+}
+
+// undo runs the undos of steps in reverse, carrying on past a failed one so that one stuck
+// piece does not keep the others, and prints a line for each.
+func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error {
+	var errs []error
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].undo == nil {
+			continue
+		}
+		line, err := steps[i].undo(ctx, st)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if line != "" {
+			m.progressf("  %s", line)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) doNetns(_ context.Context, c *creation) (string, error) {
+	if err := m.ops().CreateNetns(c.st.Netns); err != nil {
+		return "", err
+	}
+	return filepath.Join(NetnsDir, c.st.Netns), nil
+}
+
+func (m *Manager) undoNetns(_ context.Context, st *State) (string, error) {
+	return "removed   netns " + st.Netns, m.ops().DeleteNetns(st.Netns)
+}
+
+func (m *Manager) doVeth(_ context.Context, c *creation) (string, error) {
+	st := c.st
+	if err := m.ops().WireLink(st.Netns, st.HostVeth, c.link, c.raw); err != nil {
+		return "", err
+	}
+	routes := ""
+	if len(c.raw) > 0 {
+		routes = ", raw TCP routes " + strings.Join(st.RawRoutes, " ")
+	}
+	return fmt.Sprintf("%s %s/30 <-> %s %s/30%s", st.HostVeth, st.HostAddr, sandboxVethName, st.SandboxAddr, routes), nil
+}
+
+func (m *Manager) undoVeth(_ context.Context, st *State) (string, error) {
+	return "removed   veth " + st.HostVeth, m.ops().DeleteHostVeth(st.HostVeth, st.HostNetns, st.SupervisorPid)
+}
+
+func (m *Manager) doCgroup(_ context.Context, c *creation) (string, error) {
+	if err := m.ops().CreateCgroup(c.st.Cgroup, c.st.Limits); err != nil {
+		return "", err
+	}
+	return c.st.Cgroup, nil
+}
+
+// undoCgroup kills what runs in the cgroup, removes it, and only then detaches and unpins the
+// kernel programs attached to it: were they removed first, or while the cgroup still holds
+// processes, those would run on unconfined. A cgroup that cannot be removed keeps its pins.
+func (m *Manager) undoCgroup(ctx context.Context, st *State) (string, error) {
+	line := "removed   cgroup " + st.Cgroup + ", kernel pins"
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := m.ops().RemoveCgroup(ctx, st.Cgroup); err != nil {
+		return line, fmt.Errorf("%w (kernel pins kept while it may hold processes)", err)
+	}
+	if m.Kernel == nil {
+		return line, errors.New("unpin kernel programs: sandbox manager: Kernel is not set")
+	}
+	if err := m.Kernel.RemovePins(st.Name); err != nil {
+		return line, fmt.Errorf("unpin kernel programs: %w", err)
+	}
+	return line, nil
+}
+
+func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
+	st := c.st
+	caPEM, err := m.LoadCA(st.sidecarStateDir())
+	if err != nil {
+		return "", fmt.Errorf("load the sidecar CA: %w", err)
+	}
+	bundle, err := trust.Build(c.o.Env, "airlock sidecar CA of sandbox "+st.Name, caPEM)
+	if err != nil {
+		return "", err
+	}
+	if err := st.writePublic(bundle); err != nil {
+		return "", err
+	}
+	if err := m.ops().WriteNetnsResolvConf(st.Netns, st.resolvConf()); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("env %s, CA bundle %s, resolv.conf -> %s:%d", st.EnvFile(), st.CABundle(), st.HostAddr, DNSPort), nil
+}
+
+func (m *Manager) undoFiles(_ context.Context, st *State) (string, error) {
+	line := "removed   files " + st.PublicDir() + ", " + filepath.Join(etcNetnsDir, st.Netns)
+	var errs []error
+	if err := os.RemoveAll(st.PublicDir()); err != nil {
+		errs = append(errs, fmt.Errorf("remove %s: %w", st.PublicDir(), err))
+	}
+	return line, errors.Join(append(errs, m.ops().RemoveNetnsEtc(st.Netns))...)
+}
+
+// doSidecar starts the sidecar and its supervisor and waits for /readyz.
+func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
+	st := c.st
+	var err error
+	if st.AdminAddr, err = freeLoopbackAddr(); err != nil {
+		return "", err
+	}
+	st.SidecarArgs = sidecarArgs(st, c.o)
+	// The supervisor reads the admin address and the sidecar's arguments from the state file as
+	// it starts: they must be there before it is.
+	if err := m.Store.Save(st); err != nil {
+		return "", err
+	}
+	sidecarDone, err := m.startSidecar(st, c.o.Env)
+	if err != nil {
+		return "", err
+	}
+	if err := m.Store.Save(st); err != nil { // the supervisor's pid, for delete and reap
+		return "", err
+	}
+	timeout := c.o.ReadyTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	if err := m.waitSidecar(ctx, st, sidecarDone, timeout); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("pid %d (supervisor %d), proxy %s:%d, DNS :%d, model API :%d, admin %s",
+		m.sidecarPid(st), st.SupervisorPid, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
+}
+
+// undoSidecar stops the supervisor (which stops its sidecar gracefully: the sidecar revokes
+// its Vault leases), then a sidecar left without one.
+func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
+	var errs []error
+	if err := m.ops().StopProcess(st.SupervisorPid, st.SupervisorTick, StopGrace+5*time.Second); err != nil {
+		errs = append(errs, fmt.Errorf("stop supervisor: %w", err))
+	}
+	// A sidecar whose supervisor died (it gets SIGTERM then, but may be slow) or was killed.
+	if pid, start := readPid(st.sidecarPidFile()); pid > 0 {
+		if err := m.ops().StopProcess(pid, start, StopGrace); err != nil {
+			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
+		}
+	}
+	return "stopped   sidecar and supervisor", errors.Join(errs...)
+}
+
+// startSidecar starts the first sidecar and its supervisor, both detached, side by side: the
+// supervisor adopts the running sidecar, so its own start-up is not on the path to a ready
+// sandbox.
+func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan struct{}, err error) {
+	ops := m.ops()
+	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, env, st.LogFile())
+	if err != nil {
+		return nil, fmt.Errorf("start sidecar: %w", err)
+	}
+	start, _ := ops.ProcStart(pid)
+	if err := writePidFile(st.sidecarPidFile(), pid, start); err != nil {
+		return nil, errors.Join(err, ops.StopProcess(pid, start, 0))
+	}
+	sup, _, err := ops.StartDetached(m.Binary, []string{"sandbox", "supervise", "--state-dir", m.Store.StateRoot, "--adopt", strconv.Itoa(pid), st.Name}, env, st.LogFile())
+	if err != nil {
+		return done, fmt.Errorf("start supervisor: %w", err)
+	}
+	st.SupervisorPid = sup
+	st.SupervisorTick, _ = ops.ProcStart(sup)
+	return done, nil
+}
+
+// doKernel checks that the sidecar attached and pinned the kernel programs. Production refuses
+// a sandbox without them; the other environments go on with a warning.
+func (m *Manager) doKernel(_ context.Context, c *creation) (string, error) {
+	st := c.st
+	st.Kernel = m.Kernel.Pinned(st.Name)
+	switch {
+	case st.Kernel:
+		return "eBPF attached to the cgroup, pinned at " + m.Kernel.PinDir(st.Name), nil
+	case st.Environment == EnvProduction:
+		return "", fmt.Errorf("production sandboxes need kernel enforcement, and the sidecar runs without it (see %s)", st.LogFile())
+	}
+	msg := fmt.Sprintf("WARN sandbox %s runs WITHOUT kernel enforcement (%s environment falls back to proxy + DNS filter only; see %s and `airlock sandbox doctor`)", st.Name, st.Environment, st.LogFile())
+	c.warn = &Warning{Msg: msg}
+	return "NOT attached: " + msg, nil
+}
