@@ -16,10 +16,11 @@ var (
 	// than the last fails its checksum: the file was changed, and no budget can be trusted.
 	ErrLedgerCorrupt = errors.New("usage ledger corrupt")
 	// ErrBudgetExhausted is returned by Budget.Reserve when a lifetime cap (tokens, usd)
-	// cannot cover the call's reservation.
+	// cannot cover the call's input even with its output limit lowered to one token.
 	ErrBudgetExhausted = errors.New("budget exhausted")
-	// ErrRateLimited is returned by Budget.Reserve when a per-minute cap is reached; the
-	// *BudgetError says when to retry.
+	// ErrRateLimited is returned by Budget.Reserve when a per-minute bucket cannot hold the
+	// call, or calls in flight hold what is left of a lifetime cap; the *BudgetError says
+	// when to retry.
 	ErrRateLimited = errors.New("rate limit reached")
 	// ErrInternalAddress is returned by the provider dialer when the provider's name resolves
 	// only to internal addresses and the provider does not set allowInternal.
