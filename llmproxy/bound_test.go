@@ -101,13 +101,21 @@ func TestUnboundableRefusedUnderHardBudget(t *testing.T) {
 func TestClampedCall(t *testing.T) {
 	e := newEnv(t, setup{openai: fakellm.Config{CountInput: true, Reply: strings.Repeat("word ", 200)},
 		llmExtra: gpt4oModel + "    budget: {tokens: 100}\n"})
+	// A call that fits by its bytes never loads a tokenizer.
+	if s, _, body := e.post("/v1/chat/completions", `{"model":"gpt-4o","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`); s != 200 {
+		t.Fatalf("%d %s", s, body)
+	}
+	if n := e.proxy.tok.loads.Load(); n != 0 {
+		t.Errorf("%d vocabularies loaded for a call that fits by bytes", n)
+	}
+	used := e.proxy.budget.State().UsedTokens
 	s, h, body := e.post("/v1/chat/completions", `{"model":"gpt-4o","max_tokens":200,"messages":[{"role":"user","content":"hi"}]}`)
 	if s != 200 {
 		t.Fatalf("%d %s", s, body)
 	}
 	// Input counted with o200k: 8 per call, 6 per message, "user" and "hi" 1 token + 1 each.
-	const want = 100 - (8 + 6 + 2 + 2)
-	if got := h.Get("X-Airlock-Output-Clamped"); got != strconv.Itoa(want) {
+	want := 100 - used - (8 + 6 + 2 + 2)
+	if got := h.Get("X-Airlock-Output-Clamped"); got != strconv.FormatInt(want, 10) {
 		t.Errorf("X-Airlock-Output-Clamped %q, want %d", got, want)
 	}
 	var resp struct {
@@ -118,6 +126,9 @@ func TestClampedCall(t *testing.T) {
 	_ = json.Unmarshal([]byte(body), &resp)
 	if resp.Usage.CompletionTokens != want {
 		t.Errorf("the provider produced %d tokens, want the clamped %d", resp.Usage.CompletionTokens, want)
+	}
+	if n := e.proxy.tok.loads.Load(); n != 1 {
+		t.Errorf("%d vocabularies loaded, want o200k only", n)
 	}
 	if !strings.Contains(e.audit.String(), fmt.Sprintf(`"output_clamped":%d`, want)) {
 		t.Errorf("audit event does not say the call was clamped:\n%s", e.audit.String())

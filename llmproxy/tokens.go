@@ -3,6 +3,7 @@ package llmproxy
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tiktoken-go/tokenizer/codec"
 )
@@ -41,10 +42,17 @@ func encodingFor(model string) encoding {
 type tokenizers struct {
 	o200k  func() *codec.Codec
 	cl100k func() *codec.Codec
+	// loads counts the vocabularies built (for tests and the README's cost claim).
+	loads atomic.Int32
 }
 
 func newTokenizers() *tokenizers {
-	return &tokenizers{o200k: sync.OnceValue(codec.NewO200kBase), cl100k: sync.OnceValue(codec.NewCl100kBase)}
+	t := &tokenizers{}
+	load := func(build func() *codec.Codec) func() *codec.Codec {
+		return sync.OnceValue(func() *codec.Codec { t.loads.Add(1); return build() })
+	}
+	t.o200k, t.cl100k = load(codec.NewO200kBase), load(codec.NewCl100kBase)
+	return t
 }
 
 // counter returns a function counting the tokens of a text in enc, or nil for encNone.
