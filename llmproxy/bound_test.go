@@ -354,3 +354,36 @@ func TestBurstNeverOverspends(t *testing.T) {
 	}
 	t.Logf("statuses %v, %d cut, %d of %d tokens charged", statuses, cuts, charged, budget)
 }
+
+func TestAnthropicCutStreamCharged(t *testing.T) {
+	e := newEnv(t, setup{llmExtra: "    budget: {tokens: 100000}\n"})
+	// The fake sends message_start, content_block_start, ping and one delta, then waits.
+	e.anthropic.Step = make(chan struct{}, 3)
+	for range 3 {
+		e.anthropic.Step <- struct{}{}
+	}
+	e.anthropic.Canceled = make(chan struct{}, 1)
+	req, _ := http.NewRequest(http.MethodPost, e.URL+"/v1/messages",
+		strings.NewReader(`{"model":"claude-test","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), `"text_delta"`) {
+	}
+	resp.Body.Close()
+	<-e.anthropic.Canceled
+	e.stopFn()
+	var settle *Record
+	for _, r := range ledgerRecords(t, e) {
+		if r.Kind == RecordSettle {
+			settle = &r
+		}
+	}
+	// Input as message_start reported it; output "Hello " counted by its bytes (no Claude
+	// tokenizer is published).
+	if settle == nil || !settle.Estimated || settle.Input != 12 || settle.Output != int64(len("Hello ")) {
+		t.Errorf("settle %+v, want estimated, 12 input, 6 output", settle)
+	}
+}
