@@ -28,8 +28,11 @@ func BenchmarkInjectAndFilter(b *testing.B) {
 		if err := h.b.Inject(r, d); err != nil {
 			b.Fatal(err)
 		}
-		resp := h.b.FilterResponse(&http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/plain"}},
-			Body: io.NopCloser(strings.NewReader(body))})
+		resp, err := h.b.FilterResponse(&http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/plain"}},
+			Body: io.NopCloser(strings.NewReader(body))}, true)
+		if err != nil {
+			b.Fatal(err)
+		}
 		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 			b.Fatal(err)
 		}

@@ -19,4 +19,8 @@ var (
 	// ErrCleartext means a rule would inject a credential into a cleartext (http://) request
 	// without allowCleartext. The proxy denies it (403).
 	ErrCleartext = errors.New("credential injection into cleartext http refused")
+	// ErrUndecodable means a response's Content-Encoding is one the broker cannot decode (or
+	// too many stacked), so it cannot be scrubbed. After an injection the proxy refuses the
+	// response (403 response_undecodable).
+	ErrUndecodable = errors.New("response encoding cannot be decoded")
 )

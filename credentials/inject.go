@@ -293,22 +293,40 @@ func (b *Broker) event(r *http.Request, d policy.Decision, decision string) audi
 }
 
 // FilterResponse scrubs every known secret value (and its encodings) from the response
-// headers and, streaming, from the body before they reach the sandbox. The body's length
-// may change, so it is sent without Content-Length.
-func (b *Broker) FilterResponse(resp *http.Response) *http.Response {
+// headers, its body and its trailers before they reach the sandbox. The body is scrubbed as
+// the sandbox will read it: every Content-Encoding the broker knows (gzip, deflate, br, zstd,
+// up to three stacked) is decoded first and the body goes on in identity encoding, without
+// Content-Length (its length changes). A body in an encoding it cannot decode is scrubbed as
+// is when injected is false; when the request carried an injected secret (injected true),
+// FilterResponse closes it and returns a *RefusalError wrapping ErrUndecodable instead.
+func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Response, error) {
 	rep := b.red.Replacer()
 	if rep.Empty() {
-		return resp
+		return resp, nil
 	}
 	b.red.Header(resp.Header)
 	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusNoContent ||
 		resp.StatusCode == http.StatusNotModified || (resp.Request != nil && resp.Request.Method == http.MethodHead) {
-		return resp
+		return resp, nil
 	}
-	resp.Body = rep.Reader(resp.Body)
+	raw := resp.Body
+	var dec io.ReadCloser = io.NopCloser(raw)
+	if codings := contentCodings(resp.Header); len(codings) > 0 {
+		d, err := decodeBody(raw, codings)
+		switch {
+		case err != nil && injected:
+			_ = raw.Close()
+			return nil, &RefusalError{reason: policy.ReasonResponseUndecodable, err: fmt.Errorf(
+				"the response to a request carrying an injected secret cannot be scrubbed: %w", err)}
+		case err == nil:
+			dec = d
+			resp.Header.Del("Content-Encoding")
+		}
+	}
+	resp.Body = &scrubbedBody{Reader: rep.Reader(dec), dec: dec, raw: raw, resp: resp, red: b.red}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
-	return resp
+	return resp, nil
 }
 
 // learnInjected teaches the redactor an injected header value that holds a secret in a form

@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // PlaceholderPrefix starts every placeholder. A placeholder is
@@ -118,4 +121,21 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// ForPolicy returns the placeholder of every secret the policy defines, by name.
+func (p *Placeholders) ForPolicy(pol *policy.Policy) map[string]string {
+	out := make(map[string]string, len(pol.Secrets()))
+	for n := range pol.Secrets() {
+		out[n] = p.For(n)
+	}
+	return out
+}
+
+// WritePolicy writes dir/placeholders.json (see Write) for exactly the secrets the policy
+// defines, so a reload that adds a secret gives it a placeholder and one that removes a
+// secret drops it. It returns how many secrets the file holds.
+func (p *Placeholders) WritePolicy(dir string, pol *policy.Policy) (int, error) {
+	names := slices.Sorted(maps.Keys(pol.Secrets()))
+	return len(names), p.Write(dir, names)
 }

@@ -57,10 +57,11 @@ func (r *Redactor) Add(v string) bool {
 	return true
 }
 
-// forms are the spellings of v that are scrubbed.
+// forms are the spellings of v that are scrubbed: v itself, its URL escapes, and its base64
+// (standard and URL alphabets, padded or not) wherever it sits in the encoded text.
 func forms(v string) []string {
 	b := []byte(v)
-	return []string{
+	out := []string{
 		v,
 		base64.StdEncoding.EncodeToString(b),
 		base64.RawStdEncoding.EncodeToString(b),
@@ -69,6 +70,29 @@ func forms(v string) []string {
 		url.QueryEscape(v),
 		url.PathEscape(v),
 	}
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		for offset := range 3 {
+			if core := base64Core(enc, b, offset); len(core) >= MinRedactLen {
+				out = append(out, core)
+			}
+		}
+	}
+	return out
+}
+
+// base64Core is the part of the base64 text of any data holding v at a byte offset ≡ offset
+// (mod 3) that depends on v alone: the characters whose six bits all come from v. A secret
+// embedded in a larger blob (a JSON echo of the request, "user:secret" at offset 5) is
+// encoded with its first and last characters mixed with its neighbours' bits, so the plain
+// base64 of v never appears; its core always does.
+func base64Core(enc *base64.Encoding, v []byte, offset int) string {
+	s := enc.EncodeToString(append(make([]byte, offset), v...))
+	first := (8*offset + 5) / 6       // first character starting at or after v's first bit
+	last := (8*offset + 8*len(v)) / 6 // characters wholly inside v end here
+	if last <= first {
+		return ""
+	}
+	return s[first:last]
 }
 
 // Replacer returns the current replacer (a snapshot).

@@ -32,6 +32,6 @@
 // put in the allow map, because no rule gives them ports.
 //
 // The package owns the DNS wire protocol and the name-to-address bookkeeping; it does not own
-// the kernel map (package ebpf implements AllowMap, cmd/airlock passes it in) nor the policy.
-// It imports policy and audit; only cmd/airlock imports it.
+// the kernel map (package ebpf implements AllowMap, internal/sidecar passes it in) nor the policy.
+// It imports policy and audit; only internal/sidecar imports it.
 package dnsfilter

@@ -270,7 +270,8 @@ func (e *sbEnv) sh(t *testing.T, name, script string) cliResult {
 // probe starts the sandbox probe (the test binary) inside the sandbox through exec.
 func (e *sbEnv) probe(t *testing.T, name string) *testnet.SandboxProbe {
 	t.Helper()
-	args := []string{"sandbox", "exec", "--state-dir", e.stateDir, name, "--", testnet.ProbeBinary(t)}
+	// exec gives the command a clean environment: the probe switch must be passed by name.
+	args := []string{"sandbox", "exec", "--state-dir", e.stateDir, "--env", testnet.EnvProbe, name, "--", testnet.ProbeBinary(t)}
 	return testnet.StartProbeCommand(t, e.command(context.Background(), []string{testnet.ProbeEnv}, args...))
 }
 

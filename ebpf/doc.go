@@ -15,7 +15,7 @@
 // cgroup below it) from the programs attached to the former.
 //
 // It is the only package that imports github.com/cilium/ebpf, and it imports nothing of
-// airlock's: cmd/airlock wires it to the DNS filter (Enforcer satisfies the filter's
-// AllowMap), to the proxy's transparent listener (OriginalDst) and to the audit log.
+// airlock's: internal/sidecar adapts it to its kernel Enforcer interface and wires that to
+// the DNS filter (AllowMap), the proxy's transparent listener (OriginalDst) and the audit log.
 // Linux only.
 package ebpf

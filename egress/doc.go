@@ -13,7 +13,7 @@
 // each call. It does not log or audit: its denials are typed errors (*Denial, errors.go) that
 // carry the decision callers turn into their deny responses.
 //
-// It imports policy and nothing else of ours. proxy, llmproxy and the wiring (cmd/airlock,
-// internal/sidecar) import it; the wiring builds one SelfAddrs and one Guard and passes them
+// It imports policy and nothing else of ours. proxy, llmproxy and the wiring
+// (internal/sidecar) import it; the wiring builds one SelfAddrs and one Guard and passes them
 // to every component that dials out.
 package egress

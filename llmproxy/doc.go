@@ -5,10 +5,11 @@
 // allowlist and the sandbox's budget enforced before anything is sent, streams passed through
 // event by event, and every call's real usage settled in an append-only ledger.
 //
-// What it does not own: where keys come from (the Keys interface; cmd/airlock passes the
+// What it does not own: where keys come from (the Keys interface; internal/sidecar passes the
 // credential broker or a development source), the policy (policy.Store), listeners other
 // than its own, the audit log's sink. It imports policy and audit and nothing else of ours;
-// cmd/airlock wires it. proxy and dnsfilter never import it, nor it them.
+// internal/sidecar wires it (cmd/airlock reads its ledger for airlock usage). proxy and
+// dnsfilter never import it, nor it them.
 //
 // The path of one call (handler.go): parse the request (request.go) → find the model's route
 // (routes.go) → bound its cost (cost.go, images.go, tokens.go) and reserve that in the budget

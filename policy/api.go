@@ -51,8 +51,15 @@ type Request struct {
 	// decision is Allow when some rule allows this host and port for some request.
 	Method string
 	// Path is the raw request path (may be percent-encoded, may hold a query string, which is
-	// ignored). Empty with a non-empty Method means "/".
+	// ignored except for method-override parameters, see MethodOverride). Empty with a
+	// non-empty Method means "/".
 	Path string
+	// OverrideHeader names a method-override header the request carries (see
+	// IsMethodOverrideHeader), "" when it carries none. Where the matching L7 rule limits
+	// methods, such a request is denied with ReasonMethodOverride: servers that honour the
+	// header run its method, not Method. Decide finds override query parameters in Path
+	// itself.
+	OverrideHeader string
 }
 
 // Decision is the result of Decide or CheckAddr. It never carries a secret value.
@@ -75,6 +82,14 @@ type Decision struct {
 	// the connection) needs TLS interception: a rule matching host and port has L7 http rules
 	// or inject entries.
 	Intercept bool
+	// LimitsMethods is true when the L7 entry that allowed the request lists methods: a
+	// method override anywhere the server reads one (a form body's _method, which Decide
+	// cannot see) must then be refused too (FormMethodOverride).
+	LimitsMethods bool
+	// AllowMissingSNI is true, on a connection-level decision, when a rule matching host and
+	// port sets allowMissingSNI: a passthrough tunnel may carry a ClientHello without a
+	// server name.
+	AllowMissingSNI bool
 	// Host is the normalised host the decision was made on (punycode, lower case, no trailing
 	// dot; an IP literal in canonical form).
 	Host string

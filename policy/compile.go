@@ -123,6 +123,7 @@ func compileRule(d *decoder, r Rule, path, origin string) *rule {
 		}
 	}
 	cr.secrets = compileInject(d, r, path)
+	compileMissingSNI(d, r, path)
 	cr.spec = r
 	return cr
 }
@@ -287,6 +288,23 @@ func compileInject(d *decoder, r Rule, path string) []string {
 	compilePlaceholderIn(d, r, path)
 	slices.Sort(names)
 	return slices.Compact(names)
+}
+
+// compileMissingSNI checks a rule's allowMissingSNI: it only means something for a rule
+// whose tunnels are passed through by name.
+func compileMissingSNI(d *decoder, r Rule, path string) {
+	if !r.AllowMissingSNI {
+		return
+	}
+	field := path + ".allowMissingSNI"
+	switch {
+	case r.Protocol == ProtocolTCP:
+		d.errorf(field, "protocol: tcp rules are not proxied, so no TLS server name is checked; remove allowMissingSNI")
+	case len(r.HTTP) > 0 || len(r.Inject) > 0:
+		d.errorf(field, "rule %q is TLS-intercepted (http or inject), so the proxy terminates TLS itself; remove allowMissingSNI", r.Name)
+	case len(r.Hosts) == 0:
+		d.errorf(field, "rule %q names only cidrs: a tunnel to an IP address needs no server name; remove allowMissingSNI", r.Name)
+	}
 }
 
 // PlaceholderLocations are the values of Rule.PlaceholderIn.

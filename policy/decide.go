@@ -81,9 +81,14 @@ func (p *Policy) decide(r Request) Decision {
 	if method == "" || method == "CONNECT" {
 		d = allow(d, proxied[0], fmt.Sprintf("rule %q allows connections to %s port %d", proxied[0].spec.Name, h.Name, port))
 		d.Intercept = slices.ContainsFunc(proxied, (*rule).intercept)
+		d.AllowMissingSNI = slices.ContainsFunc(proxied, func(x *rule) bool { return x.spec.AllowMissingSNI })
 		return d
 	}
-	return decideRequest(d, proxied, method, r.Path)
+	override := r.OverrideHeader
+	if override == "" {
+		override = queryOverride(r.Path)
+	}
+	return decideRequest(d, proxied, method, r.Path, override)
 }
 
 // requestPort applies the scheme's default port.
@@ -105,14 +110,15 @@ func requestPort(r Request) (int, string) {
 
 // decideRequest picks the first rule whose L7 rules allow method and the raw path. The path
 // is normalised only when a rule restricts paths, so a path that cannot be normalised is
-// still allowed by a rule that allows every path.
-func decideRequest(d Decision, rules []*rule, method, rawPath string) Decision {
+// still allowed by a rule that allows every path. override names a method-override header or
+// parameter the request carries ("" for none): an L7 entry that limits methods never allows
+// such a request.
+func decideRequest(d Decision, rules []*rule, method, rawPath, override string) Decision {
 	if !isToken(method) {
 		return deny(d, ReasonMethodNotAllowed, rules[0], "method %q is not a valid HTTP method", method)
 	}
-	var path, pathReason string
-	normalized := false
-	var pathRule, invalidRule *rule
+	pc := pathCheck{raw: rawPath}
+	var overrideRule *rule
 	for _, r := range rules {
 		if len(r.http) == 0 {
 			return allow(d, r, fmt.Sprintf("rule %q allows every request to %s", r.spec.Name, d.Host))
@@ -121,32 +127,62 @@ func decideRequest(d Decision, rules []*rule, method, rawPath string) Decision {
 			if m.methods != nil && !slices.Contains(m.methods, method) {
 				continue
 			}
-			if m.paths == nil {
-				return allow(d, r, fmt.Sprintf("rule %q allows %s on every path", r.spec.Name, method))
-			}
-			if !normalized {
-				path, pathReason = normalizePath(rawPath)
-				normalized = true
-			}
-			if pathReason != "" {
-				invalidRule = cmpOr(invalidRule, r)
+			if m.methods != nil && override != "" {
+				overrideRule = cmpOr(overrideRule, r)
 				continue
 			}
-			for _, pp := range m.paths {
-				if pp.match(path) {
-					return allow(d, r, fmt.Sprintf("rule %q allows %s %s (pattern %q)", r.spec.Name, method, path, pp.raw))
-				}
+			if m.paths == nil {
+				d.LimitsMethods = m.methods != nil
+				return allow(d, r, fmt.Sprintf("rule %q allows %s on every path", r.spec.Name, method))
 			}
-			pathRule = cmpOr(pathRule, r)
+			if pp, ok := pc.match(r, m.paths); ok {
+				d.LimitsMethods = m.methods != nil
+				return allow(d, r, fmt.Sprintf("rule %q allows %s %s (pattern %q)", r.spec.Name, method, pc.path, pp.raw))
+			}
 		}
 	}
 	switch {
-	case invalidRule != nil:
-		return deny(d, ReasonInvalidPath, invalidRule, "path %q is invalid: %s", rawPath, pathReason)
-	case pathRule != nil:
-		return deny(d, ReasonPathNotAllowed, pathRule, "rule %q does not allow %s %s", pathRule.spec.Name, method, path)
+	case overrideRule != nil:
+		return deny(d, ReasonMethodOverride, overrideRule,
+			"rule %q limits methods and the request carries method override %q (a server may run another method than %s)",
+			overrideRule.spec.Name, override, method)
+	case pc.invalidRule != nil:
+		return deny(d, pc.code, pc.invalidRule, "path %q is invalid: %s", rawPath, pc.reason)
+	case pc.pathRule != nil:
+		return deny(d, ReasonPathNotAllowed, pc.pathRule, "rule %q does not allow %s %s", pc.pathRule.spec.Name, method, pc.path)
 	}
 	return deny(d, ReasonMethodNotAllowed, rules[0], "rule %q does not allow method %s", rules[0].spec.Name, method)
+}
+
+// pathCheck normalises a request's path once, when the first rule that limits paths needs
+// it, and remembers the closest rules for the denial.
+type pathCheck struct {
+	raw         string
+	done        bool
+	path        string
+	reason      string // why the path is refused, "" when it normalised
+	code        Reason // ReasonInvalidPath or ReasonAmbiguousPath, with reason
+	invalidRule *rule  // the first rule that limits paths when the path is refused
+	pathRule    *rule  // the first rule whose patterns did not match
+}
+
+// match reports the pattern of paths that matches the request's path, for rule r.
+func (pc *pathCheck) match(r *rule, paths []pathPattern) (pathPattern, bool) {
+	if !pc.done {
+		pc.path, pc.reason, pc.code = normalizePath(pc.raw)
+		pc.done = true
+	}
+	if pc.reason != "" {
+		pc.invalidRule = cmpOr(pc.invalidRule, r)
+		return pathPattern{}, false
+	}
+	for _, pp := range paths {
+		if pp.match(pc.path) {
+			return pp, true
+		}
+	}
+	pc.pathRule = cmpOr(pc.pathRule, r)
+	return pathPattern{}, false
 }
 
 // cmpOr returns a if it is set, else b.

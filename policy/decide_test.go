@@ -128,7 +128,7 @@ func TestDecide(t *testing.T) {
 		{"encoded slash dotdot", Request{Host: gh, Port: 443, Method: "GET", Path: "/repos/acme/..%2F..%2Fother"},
 			wantDecision{Deny, false, "github-api", ReasonPathNotAllowed, `rule "github-api" does not allow GET /other`, "", false, gh, 443}},
 		{"double encoding", Request{Host: gh, Port: 443, Method: "GET", Path: "/repos/acme/%252e%252e/x"},
-			wantDecision{Deny, false, "github-api", ReasonInvalidPath, `path "/repos/acme/%252e%252e/x" is invalid: double-encoded "%2e"`, "", false, gh, 443}},
+			wantDecision{Deny, false, "github-api", ReasonAmbiguousPath, `path "/repos/acme/%252e%252e/x" is invalid: double-encoded "%2e"`, "", false, gh, 443}},
 		{"above root", Request{Host: gh, Port: 443, Method: "GET", Path: "/../repos/acme/x"},
 			wantDecision{Deny, false, "github-api", ReasonInvalidPath, "", "", false, gh, 443}},
 		{"apex of double star", Request{Host: gh, Port: 443, Method: "GET", Path: "/repos/acme"},

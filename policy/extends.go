@@ -112,6 +112,12 @@ func coverage(r *rule, dest string, cands []*rule) string {
 		if len(sameProto) == 0 {
 			return fmt.Sprintf("protocol %s on %s port %d", r.spec.Protocol, dest, port)
 		}
+		if r.spec.AllowMissingSNI {
+			sameProto = filterRules(sameProto, func(pr *rule) bool { return pr.spec.AllowMissingSNI })
+			if len(sameProto) == 0 {
+				return fmt.Sprintf("a missing TLS server name (allowMissingSNI) on %s port %d", dest, port)
+			}
+		}
 		var uncovered string
 		for i, pr := range sameProto {
 			what := l7Uncovered(pr, r)

@@ -195,6 +195,8 @@ func TestExtendsRejected(t *testing.T) {
 			[]string{`child.yaml:8:25: spec.egress[0]: rule "a" allows every method on "/repos/x" on host "api.example.net" port 443 that no parent (./base.yaml) allows`}},
 		{"no L7 under L7", nil, []string{"extends: [./base.yaml]", "egress:", "  - {name: a, hosts: [api.example.net], ports: [443]}"},
 			[]string{`child.yaml:8:25: spec.egress[0]: rule "a" allows every method and path on host "api.example.net" port 443 that no parent (./base.yaml) allows`}},
+		{"missing SNI", nil, []string{"extends: [./base.yaml]", "egress:", "  - {name: a, hosts: [www.example.com], ports: [443], allowMissingSNI: true}"},
+			[]string{`child.yaml:8:25: spec.egress[0]: rule "a" allows a missing TLS server name (allowMissingSNI) on host "www.example.com" port 443 that no parent (./base.yaml) allows`}},
 		{"wider cidr", nil, []string{"extends: [./base.yaml]", "egress:", "  - {name: a, cidrs: [10.0.0.0/8], ports: [5432], protocol: tcp}"},
 			[]string{`child.yaml:8:25: spec.egress[0]: rule "a" allows CIDR 10.0.0.0/8 that no parent (./base.yaml) allows`}},
 		{"cidr port", nil, []string{"extends: [./base.yaml]", "egress:", "  - {name: a, cidrs: [10.20.1.0/24], ports: [5433], protocol: tcp}"},

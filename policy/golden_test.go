@@ -92,6 +92,9 @@ func formatDecision(d Decision) string {
 	if d.Intercept {
 		s += " intercept"
 	}
+	if d.AllowMissingSNI {
+		s += " allow_missing_sni"
+	}
 	if len(d.Secrets) > 0 {
 		s += " secrets=" + strings.Join(d.Secrets, ",")
 	}

@@ -22,38 +22,43 @@ func (e *pathError) Unwrap() error { return ErrInvalidPath }
 // decode (%2e, %2f, %5c: a server that decodes twice would see dots or slashes), ".." above
 // the root, "..;" and ".;" segments (servlet containers strip ";" parameters before resolving
 // dots), and "//" together with ".." (servers that merge slashes resolve those dots
-// differently). An empty path is "/".
+// differently), and what a server that normalises Unicode could read as another path (see
+// ambiguousText). An empty path is "/".
 func NormalizePath(raw string) (string, error) {
-	p, reason := normalizePath(raw)
+	p, reason, _ := normalizePath(raw)
 	if reason != "" {
 		return "", &pathError{path: raw, reason: reason}
 	}
 	return p, nil
 }
 
-// normalizePath is NormalizePath returning a reason instead of an error.
-func normalizePath(raw string) (string, string) {
+// normalizePath is NormalizePath returning a reason instead of an error, and the reason
+// code a denial carries: ReasonAmbiguousPath for text a server could read as another path
+// (bytes that are not UTF-8, look-alikes of "." and "/", escapes left after one decode),
+// ReasonInvalidPath for the rest.
+func normalizePath(raw string) (string, string, Reason) {
 	p := raw
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}
 	if p == "" {
-		return "/", ""
+		return "/", "", ""
 	}
 	if p[0] != '/' {
-		return "", `does not start with "/"`
+		return "", `does not start with "/"`, ReasonInvalidPath
 	}
 	decoded, reason := percentDecode(p)
 	if reason != "" {
-		return "", reason
+		return "", reason, ReasonInvalidPath
 	}
-	lower := strings.ToLower(decoded)
-	for _, esc := range []string{"%2e", "%2f", "%5c"} {
-		if strings.Contains(lower, esc) {
-			return "", fmt.Sprintf("double-encoded %q", esc)
-		}
+	if reason := ambiguousText(decoded); reason != "" {
+		return "", reason, ReasonAmbiguousPath
 	}
-	return removeDotSegments(decoded)
+	out, reason := removeDotSegments(decoded)
+	if reason != "" {
+		return "", reason, ReasonInvalidPath
+	}
+	return out, "", ""
 }
 
 // percentDecode decodes %XX escapes once and rejects control bytes and backslashes, raw or

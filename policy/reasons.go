@@ -27,6 +27,8 @@ const (
 	ReasonTCPOnly          Reason = "tcp_only"           // only a protocol: tcp rule matches; it is not proxied
 	ReasonOffline          Reason = "offline"            // the policy allows no egress at all
 	ReasonPublicAddress    Reason = "public_address"     // CheckAddr: the address is public; no rule is involved
+	ReasonMethodOverride   Reason = "method_override"    // a rule limits methods and the request carries a method override
+	ReasonAmbiguousPath    Reason = "ambiguous_path"     // a rule limits paths and the path could be read as another one
 )
 
 // Reasons of the proxy's own checks (denials, status 403 unless noted). No policy decides
@@ -37,9 +39,10 @@ const (
 	ReasonSelfAddress         Reason = "self_address"                  // the destination is one of the sidecar's own listeners
 	ReasonOriginalDstMismatch Reason = "original_destination_mismatch" // a transparent connection's original address is not among the name's
 	ReasonOriginalDstUnknown  Reason = "original_destination_unknown"  // a transparent connection's original destination could not be read
-	ReasonSNIMissing          Reason = "sni_missing"                   // a transparent TLS connection sent no server name
-	ReasonBadClientHello      Reason = "bad_client_hello"              // a TLS ClientHello that cannot be parsed
+	ReasonSNIMissing          Reason = "sni_missing"                   // a TLS ClientHello names no server where no rule allows that
+	ReasonBadClientHello      Reason = "bad_client_hello"              // TLS bytes the stream classifier cannot classify
 	ReasonUnknownProtocol     Reason = "unknown_protocol"              // a transparent connection speaks neither TLS nor HTTP
+	ReasonTunnelHTTP          Reason = "http_in_tunnel"                // cleartext HTTP in a passthrough CONNECT tunnel
 	ReasonTunnelLimit         Reason = "tunnel_limit"                  // MaxTunnels tunnels are open already (429)
 )
 
@@ -60,6 +63,7 @@ const (
 	ReasonCredentialMisuse      Reason = "credential_misuse"      // a placeholder went where its rule does not bind it
 	ReasonCredentialCleartext   Reason = "credential_cleartext"   // injection into cleartext http:// without allowCleartext
 	ReasonCredentialUnavailable Reason = "credential_unavailable" // the secret could not be had; the request is not sent
+	ReasonResponseUndecodable   Reason = "response_undecodable"   // a response after an injection cannot be decoded to be scrubbed
 )
 
 // Reasons of the DNS filter (besides the policy's).
@@ -150,6 +154,10 @@ var reasonCatalogue = []ReasonInfo{
 	{ReasonOffline, EmitPolicy, http.StatusForbidden, "the policy allows no egress at all",
 		"ask the policy owner for a policy with egress rules"},
 	{ReasonPublicAddress, EmitPolicy, 0, "the address is public; no rule is involved", "nothing to do"},
+	{ReasonMethodOverride, EmitPolicy, http.StatusForbidden, "a rule limits methods and the request carries a method override (X-HTTP-Method-Override and kin, or a _method parameter)",
+		"send the method itself, without an override header or _method parameter"},
+	{ReasonAmbiguousPath, EmitPolicy, http.StatusForbidden, "a rule limits paths and the path could be read as another one (not UTF-8, a look-alike of . or /, or double-encoded)",
+		"send the path in plain UTF-8, percent-encoded once"},
 
 	{ReasonHostMismatch, EmitProxy, http.StatusForbidden, "URL host, Host header, TLS SNI or CONNECT host disagree (domain fronting)",
 		"send the same name in the URL, the Host header, SNI and CONNECT"},
@@ -159,12 +167,14 @@ var reasonCatalogue = []ReasonInfo{
 		"resolve the name through the sandbox's DNS filter and connect to an address it returned"},
 	{ReasonOriginalDstUnknown, EmitProxy, http.StatusForbidden, "the original destination of a transparent connection could not be read",
 		"use the explicit proxy (HTTPS_PROXY); see the sidecar log"},
-	{ReasonSNIMissing, EmitProxy, http.StatusForbidden, "a transparent TLS connection sent no server name",
-		"connect by name, not by IP address, or use the explicit proxy"},
-	{ReasonBadClientHello, EmitProxy, http.StatusForbidden, "the TLS ClientHello could not be parsed",
-		"use a standard TLS client"},
+	{ReasonSNIMissing, EmitProxy, http.StatusForbidden, "a TLS ClientHello names no server where no rule allows that",
+		"connect by name with SNI, or ask the policy owner for allowMissingSNI on the rule"},
+	{ReasonBadClientHello, EmitProxy, http.StatusForbidden, "TLS bytes the proxy cannot classify: a ClientHello that does not parse, other records before or among it, SSLv2, ECH",
+		"use a standard TLS client that sends a plain ClientHello first"},
 	{ReasonUnknownProtocol, EmitProxy, http.StatusForbidden, "a transparent connection speaks neither TLS nor HTTP",
 		"speak HTTP or TLS on ports 80 and 443, or ask for a protocol: tcp rule"},
+	{ReasonTunnelHTTP, EmitProxy, http.StatusForbidden, "cleartext HTTP inside a CONNECT tunnel that is not intercepted",
+		"send http:// requests to the proxy in absolute form (HTTP_PROXY), not through CONNECT"},
 	{ReasonTunnelLimit, EmitProxy, http.StatusTooManyRequests, "too many tunnels are open",
 		"retry after Retry-After, or close idle connections; the limit is --max-tunnels"},
 	{ReasonResolveFailed, EmitProxy, http.StatusBadGateway, "the destination's name did not resolve",
@@ -188,6 +198,8 @@ var reasonCatalogue = []ReasonInfo{
 		"send the placeholder only where its rule injects it"},
 	{ReasonCredentialCleartext, EmitCredentials, http.StatusForbidden, "a rule would inject a credential into cleartext http://",
 		"use https://, or ask the policy owner to set allowCleartext"},
+	{ReasonResponseUndecodable, EmitCredentials, http.StatusForbidden, "the response to a request with an injected credential is in an encoding that cannot be decoded to scrub it",
+		"ask the upstream for gzip, deflate, br, zstd or identity (Accept-Encoding)"},
 	{ReasonCredentialUnavailable, EmitCredentials, http.StatusServiceUnavailable, "a credential the request needs could not be had; the request was not sent",
 		"retry later; the operator checks the secret source (Vault, env) in the sidecar log"},
 

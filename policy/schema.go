@@ -142,6 +142,13 @@ type Rule struct {
 	// AllowCleartext lets this rule inject secrets into cleartext http:// requests. False
 	// means such requests are denied (credential_cleartext). Requires inject.
 	AllowCleartext bool `yaml:"allowCleartext"`
+	// AllowMissingSNI lets a passthrough (not intercepted) tunnel to one of this rule's hosts
+	// carry a TLS ClientHello that names no server (no SNI extension). False means such a
+	// tunnel is refused (sni_missing): without a name the upstream picks a site the proxy
+	// never checked (its default, or one chosen from a Host header inside TLS). Tunnels to
+	// an IP literal allowed by cidrs never need it (RFC 6066 forbids SNI for addresses).
+	// Only for protocol http rules without http or inject entries.
+	AllowMissingSNI bool `yaml:"allowMissingSNI"`
 }
 
 // HTTPMatch is one L7 rule: it matches a request whose method and path both match.

@@ -29,6 +29,13 @@ type Store struct {
 	// policy a later one installed. Readers use cur without it.
 	mu  sync.Mutex
 	cur atomic.Pointer[Policy]
+
+	// reloaded gets a token after each successful Reload, so Notify watches the directories
+	// of files the new policy extends.
+	reloaded chan struct{}
+	// watching is closed (once, by watchingOnce) when a Watch or Notify first watches.
+	watching     chan struct{}
+	watchingOnce sync.Once
 }
 
 // NewStore returns a store serving p, reloading from path. It has no side effects. A nil p
@@ -37,7 +44,8 @@ func NewStore(path string, p *Policy) *Store {
 	if p == nil {
 		p = offlinePolicy()
 	}
-	s := &Store{path: path, debounce: defaultDebounce}
+	s := &Store{path: path, debounce: defaultDebounce, reloaded: make(chan struct{}, 1),
+		watching: make(chan struct{})}
 	s.cur.Store(p)
 	return s
 }
@@ -65,6 +73,10 @@ func (s *Store) Reload() (*Policy, error) {
 		return nil, err
 	}
 	s.cur.Store(p)
+	select {
+	case s.reloaded <- struct{}{}:
+	default: // a token is already waiting
+	}
 	return p, nil
 }
 
@@ -75,7 +87,33 @@ func (s *Store) Reload() (*Policy, error) {
 // Changes to files the policy extends are watched too. Bursts of events are debounced into
 // one reload. A watcher error is passed to report (with a nil policy) and watching goes on.
 // report may be nil. Watch returns nil when ctx ends, or an error if it cannot watch.
+//
+// Watch reloads on its own goroutine: a caller that also reloads elsewhere (on SIGHUP) and
+// acts on the policy each reload returns should use Notify and reload in one place.
 func (s *Store) Watch(ctx context.Context, report func(*Policy, error)) error {
+	if report == nil {
+		report = func(*Policy, error) {}
+	}
+	return s.Notify(ctx, func(err error) {
+		if err != nil {
+			report(nil, err)
+			return
+		}
+		report(s.Reload())
+	})
+}
+
+// Watching is closed once a Watch or Notify watches the policy's directories: from then on a
+// change of the file is seen.
+func (s *Store) Watching() <-chan struct{} { return s.watching }
+
+// Notify watches the policy file and the files it extends like Watch, but does not reload:
+// after each debounced burst of changes it calls changed(nil), and the caller reloads. A
+// watcher error is passed as changed(err) and watching goes on. After every successful
+// Reload (by anyone) the directories of the files the new policy extends are watched too.
+// changed is called on Notify's goroutine, one call at a time. Notify returns nil when ctx
+// ends, or an error if it cannot watch.
+func (s *Store) Notify(ctx context.Context, changed func(error)) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch policy: %w", err)
@@ -88,9 +126,7 @@ func (s *Store) Watch(ctx context.Context, report func(*Policy, error)) error {
 	if s.onWatching != nil {
 		s.onWatching()
 	}
-	if report == nil {
-		report = func(*Policy, error) {}
-	}
+	s.watchingOnce.Do(func() { close(s.watching) })
 	timer := time.NewTimer(s.debounce)
 	timer.Stop()
 	for {
@@ -108,15 +144,13 @@ func (s *Store) Watch(ctx context.Context, report func(*Policy, error)) error {
 			if !ok {
 				return nil
 			}
-			report(nil, fmt.Errorf("watch policy: %w", err))
-		case <-timer.C:
-			p, err := s.Reload()
-			if err == nil {
-				if werr := s.watchDirs(w, dirs); werr != nil {
-					report(nil, werr)
-				}
+			changed(fmt.Errorf("watch policy: %w", err))
+		case <-s.reloaded:
+			if err := s.watchDirs(w, dirs); err != nil {
+				changed(err)
 			}
-			report(p, err)
+		case <-timer.C:
+			changed(nil)
 		}
 	}
 }

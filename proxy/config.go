@@ -51,9 +51,12 @@ type Injector interface {
 
 // ResponseFilter is implemented by an Injector that also scrubs responses (secret values
 // echoed back) before they reach the sandbox. FilterResponse may replace resp's header
-// values and body; it must not block.
+// values, body and trailers; it must not block. injected says whether the request carried
+// an injected secret. An error refuses the response: a Refusal is a denial (403, its
+// reason), anything else a denial as response_undecodable; FilterResponse closes resp's
+// body then.
 type ResponseFilter interface {
-	FilterResponse(resp *http.Response) *http.Response
+	FilterResponse(resp *http.Response, injected bool) (*http.Response, error)
 }
 
 // Refusal is implemented by Injector errors (and request-body read errors caused by an
@@ -72,7 +75,7 @@ type OriginalDestination interface {
 }
 
 // NameAddrs says whether the sidecar's DNS filter answered name with addr. The
-// *dnsfilter.Filter satisfies it (cmd/airlock passes it in).
+// *dnsfilter.Filter satisfies it (internal/sidecar passes it in).
 type NameAddrs interface {
 	Resolved(name string, addr netip.Addr) bool
 }

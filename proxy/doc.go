@@ -11,6 +11,7 @@
 // passes in. It does not find the original destination of a redirected connection: an
 // OriginalDestination does (the ebpf package, through an adapter in cmd).
 //
-// Only cmd/airlock and tests import this package. It imports policy, audit and egress, and
-// is the only package that imports goproxy.
+// Only internal/sidecar, cmd/airlock (the CA for ca export and sandbox, flag defaults) and
+// tests import this package. It imports policy, audit and egress, and is the only package
+// that imports goproxy.
 package proxy

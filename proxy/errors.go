@@ -24,7 +24,9 @@ var (
 var (
 	errBodyTooLarge = errors.New("request body too large")
 	errSNIMismatch  = errors.New("tls server name does not match the tunnel host")
-	errNoHello      = errors.New("no ClientHello")
 	errNoExchange   = errors.New("upstream dial outside of a decided request")
 	errNoInjector   = errors.New("no credential broker is configured")
+	// errRefusedStream ends a tunnel whose first bytes were refused (the refusal is recorded
+	// on the tunnel).
+	errRefusedStream = errors.New("tunnel stream refused")
 )

@@ -1,12 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,14 +125,85 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 		return x.deny(r, policy.Decision{Reason: policy.ReasonHostMismatch, Host: h.Name, Port: x.port, Detail: detail})
 	}
 	x.d = x.pol.Decide(policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
-		Method: r.Method, Path: r.URL.EscapedPath()})
+		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)})
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
+	}
+	if d, ok := x.checkFormOverride(r); !ok {
+		return x.deny(r, d)
 	}
 	if r.ContentLength > x.p.cfg.MaxRequestBodyBytes {
 		return x.fail(r, policy.ReasonBodyLimit)
 	}
 	return nil
+}
+
+// maxFormCheck bounds the form body read to look for a method override.
+const maxFormCheck = 1 << 20
+
+// checkFormOverride refuses, where the allowing entry limits methods (in enforce mode), a
+// form body holding a _method parameter: Rails, Laravel and Symfony run that method instead.
+// It reads an application/x-www-form-urlencoded body (up to maxFormCheck, more is refused)
+// and puts it back; a multipart body is scanned as it goes upstream (multipartScanner).
+func (x *exchange) checkFormOverride(r *http.Request) (policy.Decision, bool) {
+	if !x.d.LimitsMethods || x.d.WouldDeny || r.Body == nil || r.Body == http.NoBody {
+		return policy.Decision{}, true
+	}
+	refuse := func(detail string) (policy.Decision, bool) {
+		return policy.Decision{Verdict: policy.Deny, Reason: policy.ReasonMethodOverride, Rule: x.d.Rule,
+			Host: x.d.Host, Port: x.d.Port, Detail: detail}, false
+	}
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		mt = strings.ToLower(r.Header.Get("Content-Type"))
+	}
+	switch {
+	case strings.Contains(mt, "multipart/"):
+		if params["boundary"] == "" {
+			return refuse("the multipart body names no boundary, so it cannot be checked for a method override")
+		}
+		r.Body = newMultipartScanner(r.Body, params["boundary"], x.d.Rule)
+		return policy.Decision{}, true
+	case !strings.Contains(mt, "x-www-form-urlencoded"):
+		return policy.Decision{}, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxFormCheck+1))
+	switch {
+	case err != nil:
+		return refuse("the form body could not be read to check it for a method override")
+	case len(body) > maxFormCheck:
+		return refuse(fmt.Sprintf("rule %q limits methods and the form body is over %d bytes, too large to check for a method override", x.d.Rule, maxFormCheck))
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{bytes.NewReader(body), r.Body}
+	if name := policy.FormMethodOverride(string(body)); name != "" {
+		return refuse(fmt.Sprintf("rule %q limits methods and the form body carries method override %q (a server may run another method than %s)",
+			x.d.Rule, name, r.Method))
+	}
+	return policy.Decision{}, true
+}
+
+// pathAndQuery is the request's path with its query, which the policy reads for
+// method-override parameters.
+func pathAndQuery(u *url.URL) string {
+	if u.RawQuery == "" && !u.ForceQuery {
+		return u.EscapedPath()
+	}
+	return u.EscapedPath() + "?" + u.RawQuery
+}
+
+// overrideHeader names a method-override header h holds (policy.IsMethodOverrideHeader),
+// or "". The first in sorted order is named, so the audit detail is stable.
+func overrideHeader(h http.Header) string {
+	found := ""
+	for k := range h {
+		if policy.IsMethodOverrideHeader(k) && (found == "" || k < found) {
+			found = k
+		}
+	}
+	return found
 }
 
 // hostMismatch says why the request's Host header does not name host:port, or "".
@@ -178,7 +254,19 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		return x.fail(r, policy.ReasonUpgradeUnsupported), nil
 	}
 	if f, ok := x.p.cfg.Injector.(ResponseFilter); ok {
-		resp = f.FilterResponse(resp)
+		x.mu.Lock()
+		injected := len(x.secrets) > 0
+		x.mu.Unlock()
+		filtered, err := f.FilterResponse(resp, injected)
+		if err != nil { // fail closed: a response that could not be scrubbed never reaches the sandbox
+			if ref, ok := asRefusal(err); ok {
+				return x.deny(r, x.refusalDecision(ref)), nil
+			}
+			x.setError(fmt.Errorf("filter response: %w", err))
+			return x.deny(r, policy.Decision{Reason: policy.ReasonResponseUndecodable, Rule: x.d.Rule, Host: x.d.Host, Port: x.d.Port,
+				Detail: "the response could not be scrubbed of secrets"}), nil
+		}
+		resp = filtered
 	}
 	if decision, _ := x.outcome(); decision == audit.DecisionReport {
 		resp.Header.Set(headerDecision, audit.DecisionReport)

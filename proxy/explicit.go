@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -131,7 +132,7 @@ func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyC
 	}
 	defer upstream.Close()
 	p.writeEstablished(t, client)
-	p.relay(t, client, upstream, t.screenHello)
+	p.relay(t, client, upstream, t.screenStream)
 }
 
 // writeEstablished accepts the CONNECT; in report mode it says so when enforce would deny.
@@ -146,26 +147,57 @@ func (p *Proxy) writeEstablished(t *tunnel, client net.Conn) {
 	_, _ = io.WriteString(client, b.String())
 }
 
-// screenHello inspects the first bytes a client sends through a plain tunnel: a TLS
-// ClientHello must name the CONNECT host (or no host); anything that is not TLS passes, as a
-// raw tunnel the policy allowed.
-func (t *tunnel) screenHello(br *bufio.Reader) ([]byte, error) {
-	hello, first, err := readClientHello(br)
+// screenStream is the screen of a tunnel that is not intercepted: it classifies what the
+// client sends (classifyStream) before a byte of it goes upstream. A TLS ClientHello must
+// name the CONNECT host; one naming no server passes only to an IP literal or under a rule
+// with allowMissingSNI. Cleartext HTTP is refused: its Host header would go unchecked, and
+// http:// requests belong in absolute form (or in an intercepted tunnel, where each is
+// decided). Other protocols (SSH, binary ones) pass as the raw tunnel the policy allowed.
+func (t *tunnel) screenStream(br *bufio.Reader) ([]byte, error) {
+	s, err := classifyStream(br)
 	switch {
-	case !hello.tls:
-		return nil, nil // not TLS, or nothing sent before EOF: relay as is
+	case errors.Is(err, errNothingSent):
+		return nil, nil // EOF before any byte: nothing to relay
+	case err != nil && s.kind == streamUnknown && !errors.Is(err, errLongLine):
+		return nil, err // the client went away or idled out
+	}
+	if d, ok := t.admitStream(s, err); !ok {
+		t.refuse(d)
+		return nil, errRefusedStream
+	}
+	return s.first, nil
+}
+
+// admitStream decides whether a passthrough tunnel may carry stream s (classified with
+// error err), or returns the refusal.
+func (t *tunnel) admitStream(s stream, err error) (policy.Decision, bool) {
+	refusal := func(reason policy.Reason, detail string) (policy.Decision, bool) {
+		return policy.Decision{Reason: reason, Rule: t.d.Rule, Host: t.host, Port: t.port, Detail: detail}, false
+	}
+	var he *helloError
+	switch {
+	case errors.As(err, &he):
+		return refusal(policy.ReasonBadClientHello, "the tunnel's TLS bytes cannot be classified: "+he.reason)
+	case err != nil && s.kind == streamTLS:
+		return refusal(policy.ReasonBadClientHello, "the client's TLS ClientHello could not be read")
 	case err != nil:
-		t.refuse(policy.Decision{Reason: policy.ReasonBadClientHello, Rule: t.d.Rule, Host: t.host, Port: t.port,
-			Detail: "the client's TLS handshake could not be parsed"})
-		return nil, err
-	case hello.sni == "":
-		return first, nil
+		return refusal(policy.ReasonUnknownProtocol, "the tunnel's first line is too long to classify")
+	case s.kind == streamHTTP:
+		return refusal(policy.ReasonTunnelHTTP, fmt.Sprintf(
+			"cleartext HTTP in a tunnel to %q is not relayed unchecked; send http:// requests to the proxy in absolute form", t.host))
+	case s.kind != streamTLS:
+		return policy.Decision{}, true
+	case !s.hasSNI:
+		if h, err := policy.NormalizeHost(t.host); (err == nil && h.IsIP()) || t.d.AllowMissingSNI {
+			return policy.Decision{}, true
+		}
+		return refusal(policy.ReasonSNIMissing, fmt.Sprintf(
+			"the TLS ClientHello names no server (SNI) in a tunnel to %q; the upstream would pick the site (set allowMissingSNI on the rule to allow it)", t.host))
 	}
-	if h, err := policy.NormalizeHost(hello.sni); err != nil || h.Name != t.host {
-		t.refuse(sniMismatch(t, hello.sni))
-		return nil, errSNIMismatch
+	if h, err := policy.NormalizeHost(s.sni); err != nil || h.Name != t.host {
+		return sniMismatch(t, s.sni), false
 	}
-	return first, nil
+	return policy.Decision{}, true
 }
 
 // sniMismatch is the denial of a TLS server name that differs from the tunnel's host.

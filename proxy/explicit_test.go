@@ -569,7 +569,8 @@ func TestPlainTunnelSNIMismatch(t *testing.T) {
 
 func TestRawTunnel(t *testing.T) {
 	// A tunnel that is not TLS passes as is (a raw TCP protocol the policy allows), even when
-	// the server speaks first.
+	// the server speaks first. The client's first text line goes upstream once it is whole
+	// (the classifier must see it is not HTTP).
 	banner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -601,9 +602,9 @@ func TestRawTunnel(t *testing.T) {
 	if err != nil || line != "SSH-2.0-test\r\n" {
 		t.Fatalf("got banner %q %v, want the server's", line, err)
 	}
-	io.WriteString(c, "hello")
+	io.WriteString(c, "hi!\r\n")
 	buf := make([]byte, 5)
-	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "hello" {
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "hi!\r\n" {
 		t.Fatalf("got %q %v, want echo", buf, err)
 	}
 	c.Close()

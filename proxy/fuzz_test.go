@@ -40,11 +40,19 @@ func FuzzHeadConn(f *testing.F) {
 	})
 }
 
-// FuzzReadClientHello parses arbitrary first bytes of a tunnel: no panic, and the bytes it
-// consumed followed by what it left must be the input.
-func FuzzReadClientHello(f *testing.F) {
-	f.Add(clientHelloBytes(f, "api.test"))
+// FuzzClassifyStream classifies arbitrary first bytes of a tunnel: no panic; the bytes it
+// took followed by what it left are the input; an accepted ClientHello names at most a
+// printable server name and classifies the same from the bytes taken alone; and nothing but
+// a handshake record is ever accepted as TLS.
+func FuzzClassifyStream(f *testing.F) {
+	hello := clientHelloBytes(f, "api.test")
+	f.Add(hello)
 	f.Add(clientHelloBytes(f, ""))
+	f.Add(append(tlsRecord(recordTypeAlert, []byte{1, 90}), hello...))
+	f.Add(fragmentHello(f, hello, 1, 3, 40))
+	f.Add(tlsRecord(recordTypeHandshake, helloMessage(sniExt("a.test"), sniExt("b.test"))))
+	f.Add(tlsRecord(recordTypeHandshake, helloMessage(rawExt(extECH, []byte{0}))))
+	f.Add([]byte{0x80, 0x2e, 0x01, 0x03, 0x01})
 	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -52,13 +60,23 @@ func FuzzReadClientHello(f *testing.F) {
 			return
 		}
 		br := bufio.NewReader(bytes.NewReader(in))
-		hello, consumed, err := readClientHello(br)
+		s, err := classifyStream(br)
 		rest, _ := io.ReadAll(br)
-		if !bytes.Equal(append(bytes.Clone(consumed), rest...), in) {
-			t.Fatalf("consumed %q + rest %q != input %q", consumed, rest, in)
+		if !bytes.Equal(append(bytes.Clone(s.first), rest...), in) {
+			t.Fatalf("taken %q + rest %q != input %q", s.first, rest, in)
 		}
-		if err == nil && hello.tls && len(in) > 0 && in[0] != recordTypeHandshake {
-			t.Fatalf("TLS reported for first byte %#x", in[0])
+		if err != nil || s.kind != streamTLS {
+			return
+		}
+		if in[0] != recordTypeHandshake {
+			t.Fatalf("TLS accepted with first byte %#x", in[0])
+		}
+		if strings.ContainsFunc(s.sni, func(r rune) bool { return r <= ' ' || r >= 0x7f }) || s.hasSNI != (s.sni != "") {
+			t.Fatalf("accepted server name %q (hasSNI %v)", s.sni, s.hasSNI)
+		}
+		again, err := classifyStream(bufio.NewReader(bytes.NewReader(s.first)))
+		if err != nil || again.sni != s.sni || !bytes.Equal(again.first, s.first) {
+			t.Fatalf("the bytes taken classify differently: %+v, %v", again, err)
 		}
 	})
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -206,33 +205,4 @@ func clientHelloBytes(t testing.TB, serverName string) []byte {
 		t.Fatal(err)
 	}
 	return buf[:n]
-}
-
-func TestReadClientHello(t *testing.T) {
-	hello := clientHelloBytes(t, "api.test")
-	tests := []struct {
-		name    string
-		in      []byte
-		want    clientHello
-		wantErr bool
-	}{
-		{name: "with SNI", in: append(bytes.Clone(hello), "after"...), want: clientHello{tls: true, sni: "api.test"}},
-		{name: "without SNI", in: clientHelloBytes(t, ""), want: clientHello{tls: true}},
-		{name: "not TLS", in: []byte("SSH-2.0-x\r\n"), want: clientHello{}},
-		{name: "truncated", in: hello[:len(hello)/2], want: clientHello{tls: true}, wantErr: true},
-		{name: "handshake record of garbage", in: []byte{0x16, 3, 1, 0, 4, 1, 2, 3, 4}, want: clientHello{tls: true}, wantErr: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			br := bufio.NewReader(bytes.NewReader(tc.in))
-			got, consumed, err := readClientHello(br)
-			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Fatalf("got %+v, %v; want %+v, error %v", got, err, tc.want, tc.wantErr)
-			}
-			rest, _ := io.ReadAll(br)
-			if !bytes.Equal(append(consumed, rest...), tc.in) {
-				t.Error("consumed bytes and the rest do not rebuild the input")
-			}
-		})
-	}
 }

@@ -26,12 +26,12 @@ func (refusingInjector) Inject(r *http.Request, _ policy.Decision) error {
 	return nil
 }
 
-func (refusingInjector) FilterResponse(resp *http.Response) *http.Response {
+func (refusingInjector) FilterResponse(resp *http.Response, _ bool) (*http.Response, error) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body = io.NopCloser(strings.NewReader(strings.ReplaceAll(string(b), "s3cret", "[REDACTED]")))
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
-	return resp
+	return resp, nil
 }
 
 // TestInjectorRefusalAndFilter: an Injector error that is a Refusal denies (403, its

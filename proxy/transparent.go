@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,10 +16,11 @@ import (
 )
 
 // serveTransparent handles one connection the kernel redirected to the transparent
-// listener. Its first bytes say what it is: a TLS ClientHello is decided on its server name
-// and tunnelled (or intercepted); HTTP is served request by request, each decided on its
-// Host header. Either way the name is decided with the original port, and upstream is the
-// original address only when the name resolves to it.
+// listener. Its first bytes say what it is (classifyStream, the classifier CONNECT tunnels
+// use): a TLS ClientHello is decided on its server name and tunnelled (or intercepted); HTTP
+// is served request by request, each decided on its Host header. Either way the name is
+// decided with the original port, and upstream is the original address only when the name
+// resolves to it. Anything else is refused.
 func (p *Proxy) serveTransparent(c net.Conn) {
 	defer c.Close()
 	orig, err := p.cfg.OriginalDst.OriginalDst(c)
@@ -30,49 +32,63 @@ func (p *Proxy) serveTransparent(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(p.cfg.headTimeout()))
-	br := bufio.NewReader(c)
-	first, err := br.Peek(1)
+	br := bufio.NewReaderSize(c, classifyBuffer)
+	s, err := classifyStream(br)
 	switch {
-	case err != nil:
-		p.cfg.Logger.WithField("client", c.RemoteAddr().String()).Debug("transparent connection sent nothing")
-	case first[0] == recordTypeHandshake:
-		p.transparentTLS(c, br, orig)
-	case first[0] >= 'A' && first[0] <= 'Z': // an HTTP method token
+	case err == nil && s.kind == streamHTTP:
 		p.transparentHTTP(c, br, orig)
+	case err == nil && s.kind == streamTLS:
+		p.transparentTLS(c, br, orig, s)
+	case errors.Is(err, errNothingSent) || (err != nil && s.kind == streamUnknown && !errors.Is(err, errLongLine)):
+		p.cfg.Logger.WithField("client", c.RemoteAddr().String()).Debug("transparent connection sent nothing")
 	default:
 		t := p.newTunnel(kindTransparent, c.RemoteAddr())
 		t.dest = orig.String()
-		t.refuse(policy.Decision{Reason: policy.ReasonUnknownProtocol, Port: int(orig.Port()),
-			Detail: "the connection speaks neither TLS nor HTTP"})
+		t.refuse(transparentRefusal(s, err, orig))
 		t.finish()
 	}
 }
 
-// transparentTLS decides a redirected TLS connection on its ClientHello's server name.
-func (p *Proxy) transparentTLS(c net.Conn, br *bufio.Reader, orig netip.AddrPort) {
+// transparentRefusal is the denial of a transparent connection whose first bytes are not
+// TLS with a readable ClientHello, nor HTTP.
+func transparentRefusal(s stream, err error, orig netip.AddrPort) policy.Decision {
+	d := policy.Decision{Reason: policy.ReasonUnknownProtocol, Port: int(orig.Port()),
+		Detail: "the connection speaks neither TLS nor HTTP"}
+	var he *helloError
+	switch {
+	case errors.As(err, &he):
+		d.Reason, d.Detail = policy.ReasonBadClientHello, "the connection's TLS bytes cannot be classified: "+he.reason
+	case s.kind == streamTLS:
+		d.Reason, d.Detail = policy.ReasonBadClientHello, "the client's TLS ClientHello could not be read"
+	}
+	return d
+}
+
+// transparentTLS decides a redirected TLS connection on its ClientHello's server name. One
+// without a server name is decided on the original address: only a rule naming it by CIDR
+// can allow it.
+func (p *Proxy) transparentTLS(c net.Conn, br *bufio.Reader, orig netip.AddrPort, s stream) {
 	t := p.newTunnel(kindTransparent, c.RemoteAddr())
 	defer t.finish()
 	t.dest = orig.String()
-	hello, first, err := readClientHello(br)
-	switch {
-	case err != nil:
-		t.refuse(policy.Decision{Reason: policy.ReasonBadClientHello, Port: int(orig.Port()),
-			Detail: "the client's TLS handshake could not be parsed"})
-		return
-	case hello.sni == "":
-		t.refuse(policy.Decision{Reason: policy.ReasonSNIMissing, Port: int(orig.Port()),
-			Detail: fmt.Sprintf("TLS connection to %s names no server (SNI)", orig)})
-		return
+	host := s.sni
+	if !s.hasSNI {
+		host = orig.Addr().Unmap().String()
+		if d := t.pol.Decide(policy.Request{Scheme: "https", Host: host, Port: int(orig.Port())}); !d.Allowed() || d.WouldDeny {
+			t.refuse(policy.Decision{Reason: policy.ReasonSNIMissing, Port: int(orig.Port()),
+				Detail: fmt.Sprintf("TLS connection to %s names no server (SNI), and no rule names the address by CIDR", orig)})
+			return
+		}
 	}
-	t.dest = net.JoinHostPort(hello.sni, strconv.Itoa(int(orig.Port())))
-	req := policy.Request{Scheme: "https", Host: hello.sni, Port: int(orig.Port())}
+	t.dest = net.JoinHostPort(host, strconv.Itoa(int(orig.Port())))
+	req := policy.Request{Scheme: "https", Host: host, Port: int(orig.Port())}
 	if resp := p.openTunnel(t, req, orig.Addr()); resp != nil {
 		_ = resp.Body.Close() // nothing to answer in TLS: the connection just closes
 		return
 	}
 	defer p.releaseTunnel()
 	_ = c.SetReadDeadline(time.Time{})
-	client := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(first), br)}
+	client := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(s.first), br)}
 	if t.d.Intercept {
 		t.setStatus(http.StatusOK)
 		p.intercept(t, client)

@@ -111,9 +111,9 @@ func (t *tunnel) finish() {
 
 // relay copies bytes both ways between client and upstream until both directions have
 // ended, an error ends both, or neither direction moved for IdleTimeout. screen, when set,
-// reads the client's first bytes before anything goes upstream and returns them to be sent
-// first, or an error that ends the tunnel. Upstream bytes flow from the start, so protocols
-// where the server speaks first work.
+// reads the client's first bytes (from a reader of classifyBuffer bytes) before anything
+// goes upstream and returns them to be sent first, or an error that ends the tunnel.
+// Upstream bytes flow from the start, so protocols where the server speaks first work.
 func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.Reader) ([]byte, error)) {
 	idle := &idleDeadline{conns: []net.Conn{client, upstream}, idle: p.cfg.IdleTimeout}
 	idle.touch()
@@ -123,7 +123,7 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 		defer wg.Done()
 		src, first := client, []byte(nil)
 		if screen != nil {
-			br := bufio.NewReader(client)
+			br := bufio.NewReaderSize(client, classifyBuffer)
 			var err error
 			if first, err = screen(br); err != nil {
 				_ = client.Close()
@@ -141,8 +141,9 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 	wg.Wait()
 }
 
-// pipe copies src to dst. At src's EOF it half-closes dst so the other direction can finish;
-// on any other error it closes both, which ends the other direction too.
+// pipe copies src to dst, first sending first. At src's EOF it half-closes dst so the other
+// direction can finish; on any other error it closes both, which ends the other direction
+// too.
 func pipe(dst, src net.Conn, first []byte, idle *idleDeadline, n *atomic.Int64, total prometheus.Counter) {
 	fail := func() {
 		_ = dst.Close()

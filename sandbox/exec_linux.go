@@ -27,8 +27,12 @@ type ExecOptions struct {
 	NoEnv bool
 	// UID and GID switch the command's user and group; -1 keeps the caller's.
 	UID, GID int
-	// Env is the caller's environment the command starts from.
+	// Env is the caller's environment. The command does not inherit it (see execEnv): only
+	// its HOME, LANG and TERM, and the variables Pass names, are read from it.
 	Env []string
+	// Pass lists what --env gives the command: "KEY=VALUE", or "KEY" for the caller's value
+	// of KEY (nothing when the caller has none). They override the baseline and the env file.
+	Pass []string
 }
 
 // enterSpec is what the helper needs to finish entering: it runs inside the sandbox's network
@@ -118,13 +122,10 @@ func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (enterS
 		Sandbox: st.Name, ResolvConf: st.ResolvConf(), PublicDir: st.PublicDir(), StateRoot: m.Store.StateRoot,
 		UID: o.UID, GID: o.GID, Argv: argv,
 	}
-	env := slices.DeleteFunc(slices.Clone(o.Env), func(kv string) bool {
+	env := slices.DeleteFunc(execEnv(st, o), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		return k == enterEnv || (o.NoEnv && slices.Contains(proxyEnvKeys, k))
+		return k == enterEnv
 	})
-	if !o.NoEnv {
-		env = mergeEnv(env, st.EnvVars())
-	}
 	return spec, env, st, nil
 }
 

@@ -1,8 +1,9 @@
 // Command airlock is the egress proxy and credential broker sidecar for AI-agent sandboxes.
 //
-// This package is thin: it parses flags and environment variables, wires the packages that do
-// the work (policy, proxy, audit) together and maps their errors onto exit codes. It holds no
-// business logic; nothing imports it.
+// This package is thin: it parses flags and environment variables into configs, hands them to
+// the packages that do the work (internal/sidecar for airlock run, sandbox, policy) and maps
+// their errors onto exit codes. It holds no business logic; nothing imports it. What it may
+// import is held by internal/depcheck.
 package main
 
 import (

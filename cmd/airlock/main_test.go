@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // airlock runs the CLI in-process and returns exit code, stdout and stderr.
@@ -55,7 +57,7 @@ func TestPolicyExplainJSONNamesSecretsNeverValues(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var ex explanation
+	var ex policy.Explanation
 	if err := json.Unmarshal([]byte(out), &ex); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}

@@ -21,7 +21,7 @@ func TestPodFlagsValidate(t *testing.T) {
 		if _, err := fs.parse(append([]string{"--policy", "p.yaml"}, tc.args...), io.Discard, false); err != nil {
 			t.Fatalf("%v: parse: %v", tc.args, err)
 		}
-		err := c.validate(fs)
+		err := c.Validate()
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: got %v, want valid", tc.args, err)

@@ -16,8 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	// Aliased: package main has a sidecar type of its own (run.go).
-	sidecarpkg "github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
 )
@@ -60,7 +59,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecarpkg.SandboxKernel()}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecar.SandboxKernel()}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
@@ -242,8 +241,9 @@ func splitDashDash(args []string) (before, after []string) {
 
 const execLong = `
 Run CMD inside sandbox NAME: in its network namespace, started directly in its cgroup, with
-/etc/resolv.conf pointing at its DNS filter and the env file's variables added to this
-environment. The airlock state directory is hidden from CMD except for the sandbox's public
+/etc/resolv.conf pointing at its DNS filter. CMD gets a clean environment, as with docker
+exec: PATH, HOME, HOSTNAME, LANG (and TERM on a terminal), the env file's variables, and what
+--env names; never the rest of this environment (VAULT_TOKEN, secret sources). The airlock state directory is hidden from CMD except for the sandbox's public
 files (env file, CA bundle), the cgroup and bpf filesystems are read-only, and CMD runs with
 every capability dropped and no_new_privs set, even as root. stdin, stdout, stderr and the
 terminal are CMD's, and so is the exit status: this process becomes CMD. (With --ephemeral it
@@ -260,6 +260,8 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
 	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
+	var pass envList
+	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
 	// Flags stop at NAME: everything after it is the command.
 	if err := fs.parseOnce(args, stdout); err != nil {
 		return err
@@ -302,7 +304,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		}
 		defer remove()
 	}
-	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ()}
+	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass}
 	if !*ephemeral {
 		// Nothing is left to do once the command runs: become it (no helper process, and
 		// the command's exit status and signals are its own).
@@ -639,10 +641,24 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 
 // sandboxEnter is the helper exec starts inside the sandbox; it execs the command.
 func sandboxEnter(args []string, stdout, stderr io.Writer) error {
-	err := sandbox.Enter(sidecarpkg.SandboxKernel())
+	err := sandbox.Enter(sidecar.SandboxKernel())
 	var ee *sandbox.ExecError
 	if errors.As(err, &ee) {
 		return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
 	}
 	return &exitError{code: 126, msg: "sandbox exec: " + err.Error()}
+}
+
+// envList is the repeatable --env flag of sandbox exec.
+type envList []string
+
+func (l *envList) String() string { return strings.Join(*l, ",") }
+
+func (l *envList) Set(s string) error {
+	k, _, _ := strings.Cut(s, "=")
+	if k == "" || strings.ContainsAny(k, " \t\x00") {
+		return fmt.Errorf("want KEY=VALUE or KEY, got %q", s)
+	}
+	*l = append(*l, s)
+	return nil
 }

@@ -50,11 +50,11 @@ func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 	if err != nil || len(rest) != 0 {
 		t.Fatalf("airlock run does not accept the injected arguments %q: %v (rest %q)", args, err, rest)
 	}
-	if err := cfg.validate(fs); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Errorf("airlock run refuses the injected arguments: %v", err)
 	}
-	if !cfg.pod.enabled || cfg.pod.cgroupRoot != "/host/sys/fs/cgroup" || cfg.caBundleOut != kube.CABundle ||
-		cfg.sandbox != "team-a.agent-1" || cfg.environment != "production" || cfg.adminAddr != "[10.1.2.3]:9090" {
+	if !cfg.PodCgroup || cfg.CgroupRoot != "/host/sys/fs/cgroup" || cfg.CABundleOut != kube.CABundle ||
+		cfg.Sandbox != "team-a.agent-1" || cfg.Environment != "production" || cfg.AdminAddr != "[10.1.2.3]:9090" {
 		t.Errorf("parsed run config %+v", cfg)
 	}
 }

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 const module = "github.com/airlock-dev/airlock"
 
-// pkg is the part of `go list -json` this test reads.
+// pkg is the part of `go list -json` this test reads. Imports are the production imports
+// (test files' imports are in other fields).
 type pkg struct {
 	ImportPath string
 	Imports    []string
@@ -44,14 +46,60 @@ func listPackages(t *testing.T) []pkg {
 	return pkgs
 }
 
-// rule bans importers outside allowed from importing (directly) any path with prefix banned.
-type rule struct {
+// may is what one of our packages may import of ours: each allowed package with the reason.
+type may map[string]string
+
+// ours says, for every production package of ours, which of our packages it may import
+// (STYLE.md's diagram). A package missing here fails the test: a new package states its
+// place in the diagram when it is added.
+var ours = map[string]may{
+	"cmd/airlock": {
+		"internal/sidecar": "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
+		"sandbox":          "airlock sandbox: the lifecycle manager",
+		"sandbox/kube":     "airlock sandbox --backend kubernetes and airlock webhook",
+		"policy":           "airlock policy check|explain|test, and loading a policy for sandbox and usage",
+		"proxy":            "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
+		"credentials":      "airlock policy placeholders computes placeholders with the state directory's key",
+		"llmproxy":         "airlock usage reads the usage ledger",
+	},
+	"internal/sidecar": {
+		"proxy": "wires the proxy", "dnsfilter": "wires the DNS filter", "llmproxy": "wires the model API",
+		"ebpf": "the in-process eBPF enforcer is its first kernel Enforcer", "credentials": "wires the credential broker",
+		"credentials/vault": "wires the Vault source", "egress": "builds the one dial guard the proxy and the model API share",
+		"audit": "builds the audit logger once", "policy": "owns the policy store and its reloads",
+		"internal/trust": "writes --ca-bundle-out",
+		"sandbox":        "adapts ebpf to the sandbox manager's Kernel interface (SandboxKernel): sandbox reaches the kernel only through it",
+	},
+	"proxy":             {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard"},
+	"llmproxy":          {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard"},
+	"dnsfilter":         {"policy": "decides", "audit": "audits"},
+	"credentials":       {"policy": "secret specs and decisions", "audit": "audits fetches"},
+	"credentials/vault": {"credentials": "implements its Source", "policy": "secret specs"},
+	"egress":            {"policy": "the one address classifier and the reason catalogue"},
+	"sandbox": {"policy": "checks the policy it starts a sidecar with",
+		"internal/trust": "builds the sandbox's CA bundle"},
+	"sandbox/kube":   {"policy": "checks the policy of the pods it creates", "sandbox": "shares the manager's types"},
+	"ebpf":           {},
+	"internal/trust": {},
+	"policy":         {},
+	"audit":          {},
+}
+
+// support are test and tooling packages: heavy-dependency rules apply to them, the diagram
+// does not.
+var support = []string{
+	"bench", "e2e", "internal/demo", "internal/depcheck", "internal/fakellm", "internal/privtest",
+	"internal/testnet", "internal/vaulttest", "internal/vaulttest/buildserver", "sandbox/kube/kubetest",
+}
+
+// heavy bans importers outside allowed from importing any path with prefix banned.
+type heavy struct {
 	banned  string
 	allowed []string // import paths (relative to the module) that may import it
 	why     string
 }
 
-var rules = []rule{
+var heavies = []heavy{
 	{"github.com/elazarl/goproxy", []string{"proxy"}, "goproxy lives in proxy only"},
 	{"github.com/miekg/dns", []string{"dnsfilter", "internal/testnet", "internal/demo"}, "miekg/dns lives in dnsfilter (and the outside resolver the tests and the demo play) only"},
 	{"github.com/cilium/ebpf", []string{"ebpf"}, "cilium/ebpf lives in ebpf only"},
@@ -59,58 +107,67 @@ var rules = []rule{
 	{"k8s.io/", []string{"sandbox/kube", "sandbox/kube/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
 	{"sigs.k8s.io/", []string{"sandbox/kube", "sandbox/kube/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
 	{"k8s.io/client-go/kubernetes", []string{"sandbox/kube/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
-	{module + "/sandbox/kube/kubetest", nil, "test support only"},
-	{module + "/cmd", nil, "nothing imports cmd"},
-	{module + "/dnsfilter", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
-	{module + "/llmproxy", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
-	{module + "/proxy", []string{"cmd/airlock"}, "proxy, dnsfilter and llmproxy never import each other: cmd passes adapters"},
-	{module + "/egress", []string{"proxy", "llmproxy", "cmd/airlock", "internal/sidecar"}, "the one SSRF dial guard is for the packages that dial out and the wiring"},
 }
-
-// forbidden bans one package (and those below it) from importing another, where a rule for
-// every importer would be too wide.
-var forbidden = []struct{ importer, banned, why string }{
-	{"sandbox", module + "/ebpf", "sandbox reaches the kernel enforcement through the Kernel interface it declares (internal/sidecar adapts ebpf)"},
-}
-
-// leaves import nothing of ours.
-var leaves = []string{"policy", "audit"}
 
 func TestDependencyRules(t *testing.T) {
 	for _, p := range listPackages(t) {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		for _, imp := range p.Imports {
-			for _, r := range rules {
-				if !strings.HasPrefix(imp, r.banned) || contains(r.allowed, rel) || strings.HasPrefix(rel, strings.TrimPrefix(strings.TrimPrefix(r.banned, module), "/")+"/") {
-					continue
-				}
-				t.Errorf("%s imports %s: %s", rel, imp, r.why)
-			}
-			if rel == "egress" && strings.HasPrefix(imp, module+"/") && imp != module+"/policy" {
-				t.Errorf("egress imports %s: egress imports policy (the classifier and CIDR rules) and nothing else of ours", imp)
-			}
-			for _, f := range forbidden {
-				if (rel == f.importer || strings.HasPrefix(rel, f.importer+"/")) && strings.HasPrefix(imp, f.banned) {
-					t.Errorf("%s imports %s: %s", rel, imp, f.why)
-				}
-			}
-			if contains(leaves, rel) && strings.HasPrefix(imp, module+"/") {
-				t.Errorf("%s imports %s: %s imports nothing of ours", rel, imp, rel)
+			checkHeavy(t, rel, imp)
+			if strings.HasPrefix(imp, module+"/") {
+				checkOurs(t, rel, strings.TrimPrefix(imp, module+"/"))
 			}
 		}
-		if strings.HasPrefix(rel, "cmd/") || !strings.HasPrefix(rel, "internal/") {
-			if contains(p.Deps, "testing") {
-				t.Errorf("%s depends on package testing: production code never imports it", rel)
-			}
+		if slices.Contains(support, rel) {
+			continue
+		}
+		if _, ok := ours[rel]; !ok {
+			t.Errorf("%s is not in the dependency rules: add what it may import, with reasons, to ours", rel)
+		}
+		if slices.Contains(p.Deps, "testing") {
+			t.Errorf("%s depends on package testing: production code never imports it", rel)
 		}
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// checkHeavy holds the heavy third-party dependencies to their one package.
+func checkHeavy(t *testing.T, rel, imp string) {
+	t.Helper()
+	for _, h := range heavies {
+		if strings.HasPrefix(imp, h.banned) && !slices.Contains(h.allowed, rel) {
+			t.Errorf("%s imports %s: %s", rel, imp, h.why)
 		}
 	}
-	return false
+}
+
+// checkOurs holds an import of one of our packages to the diagram.
+func checkOurs(t *testing.T, rel, imp string) {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(imp, "cmd/"):
+		t.Errorf("%s imports %s: nothing imports cmd", rel, imp)
+		return
+	case imp == "sandbox/kube/kubetest" && !slices.Contains(support, rel):
+		t.Errorf("%s imports %s: test support only", rel, imp)
+		return
+	}
+	allowed, ok := ours[rel]
+	if !ok {
+		return // support packages, and packages missing from ours (reported once)
+	}
+	if _, ok := allowed[imp]; !ok {
+		t.Errorf("%s imports %s: not in its dependency rules (%s); proxy, dnsfilter and llmproxy never import each other: internal/sidecar passes adapters", rel, imp, allowedList(allowed))
+	}
+}
+
+func allowedList(m may) string {
+	if len(m) == 0 {
+		return "it imports nothing of ours"
+	}
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return "it may import " + strings.Join(out, ", ")
 }

@@ -1,3 +1,6 @@
-// Package depcheck holds no code: its test enforces the dependency rules of STYLE.md between
-// airlock's packages and on where each heavy third-party dependency may be imported.
+// Package depcheck holds no code: its tests enforce the house rules of STYLE.md across the
+// module. deps_test.go says which of our packages each package may import (with a reason per
+// allowance), keeps each heavy third-party dependency in its one package and keeps package
+// testing out of production code; funclen_test.go holds cmd, internal/sidecar and the
+// packages it wires to functions of at most 80 lines.
 package depcheck

@@ -1,19 +1,15 @@
-package main
+package sidecar
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/policy"
 )
 
-// newAdminServer serves the admin endpoints. It never serves the sandbox: the admin listener
+// adminComponent serves the admin endpoints. It never serves the sandbox: the admin listener
 // stays on loopback (or a pod-internal address) and is never an allowed destination.
 //
 //	/healthz       200 while the process serves
@@ -21,8 +17,30 @@ import (
 //	/metrics       Prometheus metrics
 //	/v1/decisions  the most recent audit events, newest first (JSON)
 //	/v1/usage      model usage per model and the budget left (JSON; 404 with --llm-addr off)
-//	/debug/pprof/  Go profiles, only with withPprof (--admin-pprof)
-func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Logger, ready <-chan struct{}, withPprof bool, usage http.Handler) *http.Server {
+//	/debug/pprof/  Go profiles, only with --admin-pprof
+type adminComponent struct {
+	s *Sidecar
+
+	srv *http.Server
+
+	closeOnce sync.Once
+}
+
+func (a *adminComponent) name() string { return "admin endpoints" }
+
+func (a *adminComponent) start(context.Context) error {
+	s := a.s
+	if s.sockets.admin == nil {
+		return nil
+	}
+	a.srv = &http.Server{Handler: a.mux(), ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := a.srv, s.sockets.admin
+	s.goServe("admin", func() error { return srv.Serve(ln) })
+	return nil
+}
+
+func (a *adminComponent) mux() *http.ServeMux {
+	s := a.s
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -31,24 +49,33 @@ func newAdminServer(reg *prometheus.Registry, store *policy.Store, al *audit.Log
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		select {
-		case <-ready:
-			_, _ = w.Write([]byte("ready: policy " + store.Current().Name() + "\n"))
+		case <-s.ready:
+			_, _ = w.Write([]byte("ready: policy " + s.store.Current().Name() + "\n"))
 		default:
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("starting\n"))
 		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", promHandler(s.reg))
 	mux.HandleFunc("GET /v1/decisions", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"decisions": al.Recent()})
+		_ = json.NewEncoder(w).Encode(map[string]any{"decisions": s.audit.Recent()})
 	})
-	mux.Handle("GET /v1/usage", usage)
-	if withPprof {
+	mux.Handle("GET /v1/usage", s.llm.usageHandler())
+	if s.cfg.AdminPprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	}
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return mux
+}
+
+func (a *adminComponent) close(ctx context.Context) error {
+	a.closeOnce.Do(func() {
+		if a.srv != nil {
+			_ = a.srv.Shutdown(ctx)
+		}
+	})
+	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"net/netip"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/ebpf"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 func TestParsePorts(t *testing.T) {
@@ -22,9 +21,9 @@ func TestParsePorts(t *testing.T) {
 		{"80,x", nil},
 		{"70000", nil},
 	} {
-		got, err := parsePorts(tc.in)
+		got, err := ParsePorts(tc.in)
 		if (err == nil) != (tc.want != nil) || !slices.Equal(got, tc.want) {
-			t.Errorf("parsePorts(%q): got %v, %v; want %v", tc.in, got, err, tc.want)
+			t.Errorf("ParsePorts(%q): got %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
 }
@@ -45,40 +44,6 @@ func TestListenAddrPort(t *testing.T) {
 		}
 		if err != nil || got.String() != tc.want {
 			t.Errorf("listenAddrPort(%q): got %v, %v; want %s", tc.in, got, err, tc.want)
-		}
-	}
-}
-
-func TestPolicyCIDRs(t *testing.T) {
-	pol, err := policy.Parse("inline.yaml", []byte(`apiVersion: airlock/v1
-kind: EgressPolicy
-metadata:
-  name: cidrs
-spec:
-  egress:
-    - name: warehouse
-      cidrs: ["10.20.0.0/16"]
-      ports: [5432]
-      protocol: tcp
-    - name: internal-web
-      cidrs: ["10.30.0.0/16"]
-    - name: names-only
-      hosts: ["example.com"]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := policyCIDRs(pol)
-	want := []ebpf.CIDRRule{
-		{Prefix: netip.MustParsePrefix("10.20.0.0/16"), Ports: []uint16{5432}, Raw: true},
-		{Prefix: netip.MustParsePrefix("10.30.0.0/16"), Ports: []uint16{80, 443}},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i].Prefix != want[i].Prefix || got[i].Raw != want[i].Raw || !slices.Equal(got[i].Ports, want[i].Ports) {
-			t.Errorf("rule %d: got %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }

@@ -1,0 +1,195 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/airlock-dev/airlock/credentials"
+	"github.com/airlock-dev/airlock/credentials/vault"
+)
+
+// Off is the address value that disables a listener.
+const Off = "off"
+
+// Config is everything a sidecar is told. cmd/airlock fills it from flags and the
+// environment; the field comments name the flag. Error messages name the flags too.
+type Config struct {
+	// PolicyFile is the policy YAML (--policy). Required.
+	PolicyFile string
+	// ProxyAddr is the explicit proxy listener (--proxy-addr); never Off.
+	ProxyAddr string
+	// TransparentAddr is the transparent listener (--transparent-addr), used only with
+	// kernel enforcement; Off disables it.
+	TransparentAddr string
+	// DNSAddr is the DNS filter's UDP and TCP listener (--dns-addr); Off disables it.
+	DNSAddr string
+	// LLMAddr is the local model API listener (--llm-addr); Off disables it.
+	LLMAddr string
+	// AdminAddr is the admin listener (--admin-addr); Off disables it.
+	AdminAddr string
+	// StateDir holds the interception CA, the usage ledger and the placeholder key
+	// (--state-dir). Required.
+	StateDir string
+	// Cgroup is the cgroup v2 directory kernel enforcement attaches to (--cgroup); empty
+	// means none (unless PodCgroup).
+	Cgroup string
+	// PodCgroup is Kubernetes pod mode (--pod-cgroup): enforce on the pod's cgroup, exempt
+	// the sidecar's own.
+	PodCgroup bool
+	// CgroupRoot is where the host's cgroup v2 hierarchy is visible in pod mode
+	// (--cgroup-root); empty means the cgroup2 mount of /proc/self/mountinfo.
+	CgroupRoot string
+	// CABundleOut, when set, is where the trust bundle for the sandbox is written at start
+	// (--ca-bundle-out).
+	CABundleOut string
+	// TransparentPorts are the TCP ports the kernel redirects, "80,443"
+	// (--transparent-ports).
+	TransparentPorts string
+	// PacketGuard is required | best-effort | auto (--packet-guard).
+	PacketGuard string
+	// Environment is production | staging | development (--environment).
+	Environment string
+	// AuditLog, when set, is a file audit events are appended to too (--audit-log).
+	AuditLog string
+	// UpstreamDNS is the resolver the sidecar uses, "ip:port[,ip:port]" (--upstream-dns);
+	// empty means the policy's dns.upstreams, else /etc/resolv.conf.
+	UpstreamDNS string
+	// Sandbox is the sandbox name in audit events and metrics (--sandbox).
+	Sandbox string
+	// LogLevel is debug | info | warn | error (--log-level).
+	LogLevel string
+	// AdminPprof serves Go profiles on the admin listener (--admin-pprof).
+	AdminPprof bool
+	// Limits are the proxy's resource limits.
+	Limits Limits
+	// Vault configures the Vault source of the credential broker; an empty Address means
+	// vault secrets are unavailable.
+	Vault VaultConfig
+	// CredentialCacheTTL is how long a fetched secret may be used (--credential-cache-ttl).
+	CredentialCacheTTL time.Duration
+
+	// Stderr receives operational logs and audit events (JSON lines), scrubbed of every
+	// secret value the broker knows. Nil means os.Stderr.
+	Stderr io.Writer
+	// ReloadSignal triggers a policy reload on every value received (cmd/airlock feeds it
+	// SIGHUP). Nil means only file changes reload.
+	ReloadSignal <-chan os.Signal
+	// AttachKernel attaches kernel enforcement. Nil means the in-process eBPF enforcer.
+	// Kernel enforcement is set up only when Cgroup or PodCgroup is set.
+	AttachKernel AttachFunc
+}
+
+// Limits are the proxy's resource limits (--max-tunnels, --dial-timeout, ...). Zero values
+// take the proxy package's defaults.
+type Limits struct {
+	MaxTunnels            int
+	DialTimeout           time.Duration
+	IdleTimeout           time.Duration
+	ResponseHeaderTimeout time.Duration
+	MaxHeaderBytes        int
+	MaxRequestBodyBytes   int64
+}
+
+// VaultConfig is the Vault source's part of Config (--vault-* flags, VAULT_ADDR,
+// VAULT_CACERT, VAULT_TOKEN).
+type VaultConfig struct {
+	Addr         string
+	Auth         string
+	CACert       string
+	Token        string
+	TokenFile    string
+	RoleIDFile   string
+	SecretIDFile string
+	AppRoleMount string
+	K8sRole      string
+	K8sJWTFile   string
+	K8sMount     string
+}
+
+// Defaults of Config fields that cmd/airlock's flags show.
+const (
+	// DefaultTransparentPorts are the TCP ports redirected to the transparent listener.
+	DefaultTransparentPorts = "80,443"
+	// DefaultVaultAuth is the Vault auth method: a token (VAULT_TOKEN or a token file).
+	DefaultVaultAuth = vault.AuthToken
+	// DefaultVaultK8sJWTFile is the service-account JWT for Vault's kubernetes auth.
+	DefaultVaultK8sJWTFile = vault.DefaultKubernetesJWTFile
+	// DefaultCredentialCacheTTL is how long a fetched secret may be used.
+	DefaultCredentialCacheTTL = credentials.DefaultCacheTTL
+)
+
+// Validate rejects settings this build cannot honour, so nothing silently runs with less
+// enforcement than asked for. Each error is one line naming the flag.
+func (c *Config) Validate() error {
+	switch c.Environment {
+	case "production", "staging", "development":
+	default:
+		return fmt.Errorf("--environment %q: use production, staging or development", c.Environment)
+	}
+	if c.Environment == "production" && c.Cgroup == "" && !c.PodCgroup {
+		return errors.New("--environment production requires kernel enforcement: set --cgroup to the sandbox's cgroup v2 directory (or --pod-cgroup in a Kubernetes pod)")
+	}
+	if c.ProxyAddr == Off {
+		return errors.New("--proxy-addr off: the explicit proxy is the only egress path in this build")
+	}
+	if err := c.validateKernel(); err != nil {
+		return err
+	}
+	if c.DNSAddr != Off {
+		if _, err := netip.ParseAddrPort(c.DNSAddr); err != nil {
+			return fmt.Errorf("--dns-addr %q: want ip:port (e.g. 127.0.0.1:5353, or 0.0.0.0:53 in a pod) or off", c.DNSAddr)
+		}
+	}
+	if c.CredentialCacheTTL <= 0 {
+		return fmt.Errorf("--credential-cache-ttl %s: must be positive", c.CredentialCacheTTL)
+	}
+	switch c.Vault.Auth {
+	case vault.AuthToken, vault.AuthAppRole, vault.AuthKubernetes:
+	default:
+		return fmt.Errorf("--vault-auth %q: use token, approle or kubernetes", c.Vault.Auth)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+// validateKernel checks the kernel enforcement settings.
+func (c *Config) validateKernel() error {
+	switch c.PacketGuard {
+	case "auto", "required", "best-effort":
+	default:
+		return fmt.Errorf("--packet-guard %q: use auto, required or best-effort", c.PacketGuard)
+	}
+	if _, err := ParsePorts(c.TransparentPorts); err != nil {
+		return fmt.Errorf("--transparent-ports %q: %v", c.TransparentPorts, err)
+	}
+	switch {
+	case c.PodCgroup && c.Cgroup != "":
+		return errors.New("--pod-cgroup and --cgroup are mutually exclusive: --pod-cgroup finds the pod's cgroup itself")
+	case !c.PodCgroup && c.CgroupRoot != "":
+		return errors.New("--cgroup-root is used only with --pod-cgroup")
+	}
+	if c.kernelEnabled() && c.TransparentAddr != Off {
+		ap, err := listenAddrPort(c.TransparentAddr)
+		if err != nil || !ap.Addr().Unmap().Is4() {
+			return fmt.Errorf("--transparent-addr %q: want an IPv4 ip:port (IPv4-mapped destinations are redirected to it too) or off", c.TransparentAddr)
+		}
+	}
+	return nil
+}
+
+// kernelEnabled says whether kernel enforcement is asked for.
+func (c *Config) kernelEnabled() bool { return c.Cgroup != "" || c.PodCgroup }
+
+// packetGuardRequired says whether a missing packet socket guard (BPF LSM) stops the start:
+// PacketGuard auto means yes in production only.
+func (c *Config) packetGuardRequired() bool {
+	return c.PacketGuard == "required" || (c.PacketGuard == "auto" && c.Environment == "production")
+}

@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// defaultPath is the command's PATH unless --env passes another, as in a container image.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// execEnv builds the environment of a command `sandbox exec` runs, as `docker exec` does:
+// a baseline (PATH, HOME, HOSTNAME, LANG, and TERM when stdin is a terminal), then the
+// sandbox's env file unless o.NoEnv, then the variables o.Pass names (with o.NoEnv, a bare
+// KEY among proxyEnvKeys is not taken from the caller). Nothing else of the
+// caller's environment (o.Env) reaches the command: it may hold VAULT_TOKEN, or the variables
+// the policy reads secrets from.
+func execEnv(st *State, o ExecOptions) []string {
+	caller := map[string]string{}
+	for _, kv := range o.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			caller[k] = v
+		}
+	}
+	env := []string{"PATH=" + defaultPath, "HOME=" + execHome(o.UID, caller["HOME"])}
+	if h, err := os.Hostname(); err == nil {
+		env = append(env, "HOSTNAME="+h)
+	}
+	lang := caller["LANG"]
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	env = append(env, "LANG="+lang)
+	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err == nil {
+		term := caller["TERM"]
+		if term == "" {
+			term = "xterm"
+		}
+		env = append(env, "TERM="+term)
+	}
+	if !o.NoEnv {
+		env = mergeEnv(env, st.EnvVars())
+	}
+	var pass []string
+	for _, p := range o.Pass {
+		if strings.Contains(p, "=") {
+			pass = append(pass, p)
+		} else if v, ok := caller[p]; ok && !(o.NoEnv && slices.Contains(proxyEnvKeys, p)) {
+			// --no-env keeps the caller's proxy and trust settings out even when named.
+			pass = append(pass, p+"="+v)
+		}
+	}
+	return mergeEnv(env, pass)
+}
+
+// execHome is the command's HOME: the caller's when the command keeps the caller's user,
+// else the home directory of uid ("/" when it has none).
+func execHome(uid int, callerHome string) string {
+	if uid < 0 || uid == os.Getuid() {
+		if callerHome != "" {
+			return callerHome
+		}
+		uid = os.Getuid()
+	}
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil && u.HomeDir != "" {
+		return u.HomeDir
+	}
+	return "/"
+}
