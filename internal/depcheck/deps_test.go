@@ -106,6 +106,7 @@ var heavies = []heavy{
 	{"github.com/hashicorp/vault", []string{"credentials/vault"}, "vault/api lives in credentials/vault only; Vault server code (BUSL) is never linked"},
 	{"k8s.io/", []string{"sandbox/kube", "sandbox/kube/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
 	{"sigs.k8s.io/", []string{"sandbox/kube", "sandbox/kube/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
+	{"github.com/tiktoken-go/tokenizer", []string{"llmproxy", "internal/fakellm"}, "the tokenizer vocabularies (~10 MB of binary) live in llmproxy (and the fake provider that counts like the real APIs) only"},
 	{"k8s.io/client-go/kubernetes", []string{"sandbox/kube/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 
