@@ -7,33 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/airlock-dev/airlock/internal/privtest"
 )
 
-// EnvClusterTests turns the real-cluster tests on; without it they skip (they need the
-// cluster binaries that `make kubecluster` builds, and minutes).
-const EnvClusterTests = "AIRLOCK_CLUSTER_TESTS"
-
-// requireCluster skips unless the cluster tests are on, then requires root (privtest), then
-// builds or finds the binaries.
-func requireCluster(t *testing.T) *Binaries {
-	t.Helper()
-	if os.Getenv(EnvClusterTests) != "1" {
-		t.Skipf("real-cluster test: set %s=1 (after make kubecluster) to run it", EnvClusterTests)
-	}
-	privtest.Require(t, "unshare", "nsenter", "ip", "mount", "apt-get", "dpkg-deb")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-	defer cancel()
-	b, err := Build(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestClusterRunsAPodAndLeavesNothing(t *testing.T) {
-	bins := requireCluster(t)
+	bins := Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -43,7 +43,7 @@ func (c *Cluster) importImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	probeFiles := []imagebuild.File{{Path: "/probe", Mode: 0o755, Data: probe}}
+	probeFiles := []imagebuild.File{{Path: "/probe", Mode: 0o755, Data: probe}, {Path: "/bin/sleep", Mode: 0o755, Data: probe}}
 	images := map[string]imagebuild.Spec{
 		PauseImage:   {Files: probeFiles, Entrypoint: []string{"/probe", "pause"}, User: "65535:65535"},
 		ProbeImage:   {Files: probeFiles, Entrypoint: []string{"/probe"}, Cmd: []string{"sleep"}},

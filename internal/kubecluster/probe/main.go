@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,10 @@ import (
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == "sleep" { // installed as /bin/sleep too: "sleep infinity"
+		wait()
+		return
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME")
 		os.Exit(2)
