@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -89,8 +90,8 @@ func cacheKey(dir string) (string, error) {
 		}
 		h.Write(b)
 	}
-	for name, pkg := range kubeCommands {
-		fmt.Fprintf(h, "%s=%s\n", name, pkg)
+	for _, name := range sortedCommands() {
+		fmt.Fprintf(h, "%s=%s\n", name, kubeCommands[name])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
@@ -154,28 +155,35 @@ func markDone(tmp, dir string) error {
 	return nil
 }
 
-// buildKube builds every command of kubeCommands into out, niced: the machine is shared.
+// buildKube builds every command of kubeCommands into out with one niced go build (the
+// commands share most packages; the machine is shared).
 func buildKube(ctx context.Context, dir, out string) error {
 	tmp := out + ".tmp"
 	_ = os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return fmt.Errorf("create build directory: %w", err)
 	}
-	etcd := []string{"-n", "10", "go", "build", "-trimpath", "-ldflags", "-s -w -buildid=", "-o", filepath.Join(tmp, "etcd"), kubeCommands["etcd"]}
-	if err := runIn(ctx, dir, "nice", etcd...); err != nil {
-		return err
-	}
-	// The Kubernetes commands share most packages: one go build links them all at once.
 	args := []string{"-n", "10", "go", "build", "-trimpath", "-ldflags", ldflags(), "-o", tmp + "/"}
-	for name, pkg := range kubeCommands {
-		if name != "etcd" {
-			args = append(args, pkg)
-		}
+	for _, name := range sortedCommands() {
+		args = append(args, kubeCommands[name])
 	}
 	if err := runIn(ctx, dir, "nice", args...); err != nil {
 		return err
 	}
+	// go build names a main package whose path ends in /v3 after the element before it.
+	if err := os.Rename(filepath.Join(tmp, "server"), filepath.Join(tmp, "etcd")); err != nil {
+		return fmt.Errorf("name the etcd binary: %w", err)
+	}
 	return markDone(tmp, out)
+}
+
+func sortedCommands() []string {
+	names := make([]string, 0, len(kubeCommands))
+	for n := range kubeCommands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // unpackDebs downloads the Debian packages with apt-get download and unpacks them into out
@@ -225,7 +233,7 @@ func removeStale(cache, key string) {
 func runIn(ctx context.Context, dir, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=readonly")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
 	}
