@@ -238,6 +238,14 @@ mount -t bpf bpf /sys/fs/bpf
 		if err := os.Mkdir(filepath.Join(h, c.CgroupRoot), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create cgroup root: %w", err)
 		}
+		// A new v1 cpuset starts empty and takes no task: give it its parent's CPUs and nodes.
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(h, c.CgroupRoot, f), v, 0o644); err != nil {
+					return fmt.Errorf("set %s of the cgroup root: %w", f, err)
+				}
+			}
+		}
 	}
 	return nil
 }
