@@ -205,8 +205,11 @@ func (c *Cluster) sh(ctx context.Context, script string) error {
 }
 
 // setupNamespace makes the node's network and the private mounts: tmpfs over the fixed host
-// paths components write to whatever their configuration says, bpffs, the sysctl files, and
-// the cgroup root in every hierarchy.
+// paths components write to whatever their configuration says, a bpffs of its own (this
+// machine's, if mounted, is unmounted in the namespace only), the
+// sysctl files, and the cgroup root in every hierarchy. The bpffs and the cgroup mounts are
+// made shared inside the namespace (the sidecar's hostPaths propagate from the host); the
+// namespace was created private, so nothing propagates to or from this machine's mounts.
 func (c *Cluster) setupNamespace(ctx context.Context) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `ip link set lo up
@@ -215,11 +218,15 @@ ip addr add %s/24 dev node0
 ip addr add %s/24 dev hosts0
 ip link set node0 up
 ip link set hosts0 up
+ip route add %s dev node0
 echo 1 > /proc/sys/net/ipv4/ip_forward
 for d in /run /var/lib /var/log; do mount -t tmpfs -o mode=0755 airlock-kube "$d"; done
 mkdir -p /run/containerd /var/lib/kubelet /var/log/pods
+while mountpoint -q /sys/fs/bpf; do umount -l /sys/fs/bpf; done
 mount -t bpf bpf /sys/fs/bpf
-`, NodeIP, HostIP)
+mount --make-shared /sys/fs/bpf
+mount --make-rshared /sys/fs/cgroup
+`, NodeIP, HostIP, ServiceCIDR)
 	for key, want := range kubeletSysctls {
 		have, err := os.ReadFile(filepath.Join("/proc/sys", key))
 		if err != nil || strings.TrimSpace(string(have)) == want {
