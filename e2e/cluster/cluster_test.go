@@ -38,7 +38,10 @@ const (
 // every name with a '.' in it (EPERM from mkdir; kernel/bpf/inode.c keeps dotted names for
 // its own files), so a production sidecar exits and the pod never starts. Until the pin
 // directory name is fixed, the webhook runs the sidecars in development (kernel enforcement
-// off with a warning) and the kernel checks (EPERM, pins) are skipped.
+// off with a warning) and the kernel checks (EPERM, pins) are skipped. Tried with a name
+// without '.': the production sidecar starts and pins, but on this hybrid-cgroup node a direct
+// connect to a denied address still succeeds, and the pins stay after the pod is deleted
+// (only the next pod-mode sidecar's RemoveDefunct removes them): both are open.
 const kernelEnforced = false
 
 var webhookEnvironment = map[bool]string{true: "production", false: "development"}[kernelEnforced]
