@@ -33,15 +33,13 @@ const (
 	testNS      = "agents"
 )
 
-// kernelEnforced says whether the sidecar's kernel enforcement can attach on this cluster.
-// It cannot yet: the sidecar pins under /sys/fs/bpf/airlock/NAMESPACE.POD, and bpffs refuses
-// every name with a '.' in it (EPERM from mkdir; kernel/bpf/inode.c keeps dotted names for
-// its own files), so a production sidecar exits and the pod never starts. Until the pin
-// directory name is fixed, the webhook runs the sidecars in development (kernel enforcement
-// off with a warning) and the kernel checks (EPERM, pins) are skipped. Tried with a name
-// without '.': the production sidecar starts and pins, but on this hybrid-cgroup node a direct
-// connect to a denied address still succeeds, and the pins stay after the pod is deleted
-// (only the next pod-mode sidecar's RemoveDefunct removes them): both are open.
+// kernelEnforced says whether the sidecar's kernel enforcement holds on this cluster. Not
+// yet: the pin directory's name is fixed (ebpf.PinDirName: bpffs refuses names with a '.',
+// and a pod's sandbox is NAMESPACE.POD), and a production sidecar starts and pins, but on
+// this hybrid-cgroup node a direct connect to a denied address from the app container still
+// succeeds, and the pins stay after the pod is deleted (only the next pod-mode sidecar's
+// RemoveDefunct removes them): both are open. Until then the webhook runs the sidecars in
+// development and the kernel checks (EPERM, pins) are skipped.
 const kernelEnforced = false
 
 var webhookEnvironment = map[bool]string{true: "production", false: "development"}[kernelEnforced]
