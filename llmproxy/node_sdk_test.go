@@ -117,6 +117,7 @@ func TestNodeSDKsStopAtBudget(t *testing.T) {
 				t.Errorf("%d calls succeeded spending %d of 200 tokens", len(results)-1, spent)
 			}
 			// One request per call reached the sidecar: the SDK did not retry the refusal.
+			e.stopFn() // the audit log is written asynchronously: closing it flushes
 			if got := strings.Count(e.audit.String(), `"kind":"llm"`); got != len(results) {
 				t.Errorf("the sidecar received %d requests for %d calls: the SDK retried", got, len(results))
 			}
