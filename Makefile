@@ -2,6 +2,8 @@
 #
 #   make run       build and start airlock on loopback with deploy/examples/policy.yaml
 #   make demo      (root) a local sandbox in a throwaway world: allowed, denied, credential, LLM call
+#   make image     airlock's image tarball (offline, reproducible): bin/airlock-image.tar
+#   make kubecluster  build/cache the test cluster's binaries (for AIRLOCK_CLUSTER_TESTS=1)
 #   make test      vet + every test, privileged ones included when run as root
 #   make bench     proxied req/s against direct, Squid and tinyproxy, as ratios
 #   make lint      gofmt, go vet, staticcheck
@@ -24,12 +26,19 @@ BPF_CLANG_MAJOR ?= 14
 TESTFLAGS   ?=
 BENCHFLAGS  ?=
 
-.PHONY: all build run demo test vaulttest bench lint generate fuzz clean
+.PHONY: all build image run demo test vaulttest kubecluster bench lint generate fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/airlock
+
+# airlock's image, with no daemon and no registry: same commit and Go version, same digest (the
+# timestamps are the commit's). Push it with crane or skopeo: see README "Kubernetes".
+IMAGE     ?= bin/airlock-image.tar
+IMAGE_REF ?= ghcr.io/airlock-dev/airlock:dev
+image:
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(GO) run ./internal/imagebuild/airlockimage -out $(IMAGE) -ref $(IMAGE_REF)
 
 run: build
 	@echo "airlock: explicit proxy on http://$(PROXY_ADDR), admin on http://$(ADMIN_ADDR), policy $(POLICY)"
@@ -55,6 +64,13 @@ demo: build
 # only when its sources change; the first build takes minutes.
 vaulttest:
 	$(GO) run ./internal/vaulttest/buildserver
+
+# The real-cluster tests (internal/kubecluster, AIRLOCK_CLUSTER_TESTS=1) run Kubernetes 1.37
+# built from source through internal/kubecluster/build (its own module) and containerd, runc,
+# CNI plugins and nft unpacked from Debian packages (needs apt-get update; nothing is
+# installed). Everything is cached in $(CACHE)/kubecluster; a cold build takes 6-10 minutes.
+kubecluster:
+	$(GO) run ./internal/kubecluster/buildcluster
 
 test: vaulttest
 	$(GO) vet ./...

@@ -85,6 +85,9 @@ type Event struct {
 	InputTokens  int64
 	OutputTokens int64
 	CostUSD      float64
+	// OutputClamped is the output limit per choice a model call was sent with when the
+	// budget lowered the caller's to fit (0: not lowered).
+	OutputClamped int64
 	// Prompt is a model call's prompt text, redacted, only when the policy sets
 	// llm.logPrompts.
 	Prompt string

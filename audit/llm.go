@@ -16,5 +16,9 @@ func (e Event) appendLLM(b []byte) []byte {
 	b = strconv.AppendInt(b, e.OutputTokens, 10)
 	b = append(b, `,"cost_usd":`...)
 	b = strconv.AppendFloat(b, e.CostUSD, 'f', -1, 64)
+	if e.OutputClamped > 0 {
+		b = append(b, `,"output_clamped":`...)
+		b = strconv.AppendInt(b, e.OutputClamped, 10)
+	}
 	return appendField(b, "prompt", e.Prompt, false)
 }

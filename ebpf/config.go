@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,8 +80,8 @@ type Transparent struct {
 // Config configures an Enforcer. Sandbox and Cgroup are required; every other zero value is
 // usable.
 type Config struct {
-	// Sandbox names the pin directory (PinRoot/Sandbox) and the metrics. Letters, digits,
-	// '.', '_' and '-'. Required.
+	// Sandbox names the pin directory (PinRoot/PinDirName(Sandbox)) and the metrics. Letters,
+	// digits, '.', '_' and '-'. Required.
 	Sandbox string
 	// Cgroup is the sandbox's cgroup v2 directory. Required.
 	Cgroup string
@@ -126,6 +127,19 @@ type Config struct {
 }
 
 var sandboxName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// pinDot stands for '.' in a pin directory's name. bpffs refuses to create or look up any
+// name that contains a dot (kernel/bpf/inode.c, bpf_lookup: EPERM), while a pod's sandbox
+// name is "NAMESPACE.POD". '~' is outside the characters a sandbox name may use, so the
+// mapping is one to one and a name without a dot keeps its directory.
+const pinDot = "~"
+
+// PinDirName is the name of sandbox's pin directory under the pin root: sandbox with each
+// '.' written as '~'.
+func PinDirName(sandbox string) string { return strings.ReplaceAll(sandbox, ".", pinDot) }
+
+// sandboxFromPinDir is PinDirName's inverse.
+func sandboxFromPinDir(dir string) string { return strings.ReplaceAll(dir, pinDot, ".") }
 
 // validate checks c and fills in defaults. Errors wrap ErrInvalidConfig.
 func (c Config) validate() (Config, error) {

@@ -129,7 +129,7 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if cfg, err = cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Enforcer{cfg: cfg, log: cfg.Logger, dir: filepath.Join(cfg.PinRoot, cfg.Sandbox)}
+	e := &Enforcer{cfg: cfg, log: cfg.Logger, dir: filepath.Join(cfg.PinRoot, PinDirName(cfg.Sandbox))}
 	if e.log == nil {
 		e.log = logrus.New()
 		e.log.SetOutput(io.Discard)
@@ -376,7 +376,7 @@ func Remove(pinRoot, sandbox string) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(cfg.PinRoot, sandbox)
+	dir := filepath.Join(cfg.PinRoot, PinDirName(sandbox))
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

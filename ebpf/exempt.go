@@ -149,18 +149,19 @@ func RemoveDefunct(pinRoot string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, ent := range entries {
-		if !ent.IsDir() || !sandboxName.MatchString(ent.Name()) {
+		name := sandboxFromPinDir(ent.Name())
+		if !ent.IsDir() || !sandboxName.MatchString(name) {
 			continue
 		}
 		defunct, err := allLinksDefunct(filepath.Join(pinRoot, ent.Name()))
 		if err != nil || !defunct {
 			continue
 		}
-		if err := Remove(pinRoot, ent.Name()); err != nil {
+		if err := Remove(pinRoot, name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, ent.Name())
+		removed = append(removed, name)
 	}
 	return removed, errors.Join(errs...)
 }

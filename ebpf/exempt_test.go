@@ -226,13 +226,15 @@ func TestRemoveDefunct(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(root) })
 	live := testnet.NewCgroup(t)
 	gone := testnet.NewCgroup(t)
-	for name, cg := range map[string]*testnet.Cgroup{"live": live, "gone": gone} {
+	for name, cg := range map[string]*testnet.Cgroup{"team.live": live, "team.gone": gone} {
 		enf, err := Open(Config{Sandbox: name, Cgroup: cg.Path, PinRoot: root})
 		if err != nil {
 			t.Fatal(err)
 		}
 		enf.Close()
 	}
+	// Pod sandboxes are named NAMESPACE.POD, and bpffs refuses names with a dot: the pin
+	// directories are PinDirName's.
 	// A sidecar starting: maps pinned, no link yet.
 	if err := os.MkdirAll(filepath.Join(root, "starting"), 0o700); err != nil {
 		t.Fatal(err)
@@ -251,20 +253,20 @@ func TestRemoveDefunct(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(removed) == 1 && removed[0] == "gone" {
+		if len(removed) == 1 && removed[0] == "team.gone" {
 			break
 		}
 		if len(removed) != 0 || time.Now().After(deadline) {
-			t.Fatalf("after the cgroup was removed: removed %v, want [gone]", removed)
+			t.Fatalf("after the cgroup was removed: removed %v, want [team.gone]", removed)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for name, want := range map[string]bool{"live": true, "starting": true, "gone": false} {
-		if _, err := os.Stat(filepath.Join(root, name)); (err == nil) != want {
+	for name, want := range map[string]bool{"team.live": true, "starting": true, "team.gone": false} {
+		if _, err := os.Stat(filepath.Join(root, PinDirName(name))); (err == nil) != want {
 			t.Errorf("%s: exists %v, want %v", name, err == nil, want)
 		}
 	}
-	if err := Remove(root, "live"); err != nil {
+	if err := Remove(root, "team.live"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -41,7 +41,8 @@ type PodCgroups struct {
 }
 
 // FindPodCgroup finds the calling process's cgroup and its parent under root, the root of the
-// cgroup v2 hierarchy as mounted here (empty: Cgroup2Root). It refuses, with an error wrapping
+// cgroup v2 hierarchy as mounted here (empty: Cgroup2Root; on a hybrid node, a root that is
+// the v1 tmpfs with the v2 hierarchy at root/unified means that). It refuses, with an error wrapping
 // ErrInvalidConfig, when root is not the hierarchy's root, when the process's cgroup cannot be
 // found under it, and when the parent would be the hierarchy's root (a process that is not in
 // a container of a pod).
@@ -54,6 +55,11 @@ func FindPodCgroup(root string) (PodCgroups, error) {
 		root = r
 	}
 	root = filepath.Clean(root)
+	if checkCgroup2(root) != nil && checkCgroup2(filepath.Join(root, "unified")) == nil {
+		// A hybrid node (cgroup v1 controllers, the v2 hierarchy at unified/): a hostPath
+		// of /sys/fs/cgroup shows the v2 hierarchy there.
+		root = filepath.Join(root, "unified")
+	}
 	if err := checkCgroup2(root); err != nil {
 		return PodCgroups{}, fmt.Errorf("cgroup root: %w", err)
 	}

@@ -10,9 +10,9 @@ import (
 )
 
 // Budget is the sandbox's spending state: what the ledger says was used, what calls in flight
-// have reserved, and the last minute's requests and tokens. Reserve and Settle are the only
-// ways to change it, under one mutex, so concurrent calls can never together reserve more
-// than a cap allows. Money is counted in integer nano-dollars (nUSD): float sums drift.
+// have reserved, and the per-minute token buckets. Reserve and Settle are the only ways to
+// change it, under one mutex, so concurrent calls can never together reserve more than a
+// lifetime cap allows. Money is counted in integer nano-dollars (nUSD): float sums drift.
 type Budget struct {
 	now func() time.Time
 
@@ -22,29 +22,79 @@ type Budget struct {
 	usedNano   int64
 	heldTokens int64 // reserved by calls in flight
 	heldNano   int64
-	heldTPM    int64         // tokens reserved by calls in flight, counted against tokensPerMinute
-	window     []windowEntry // requests and settled tokens of the last minute, oldest first
+	tpm        bucket // tokensPerMinute
+	rpm        bucket // requestsPerMinute
 }
 
-// windowEntry is one request start (req) or one settled usage (tokens) in the minute window.
-type windowEntry struct {
-	at     time.Time
-	req    bool
-	tokens int64
+// bucket is a token bucket whose capacity is a per-minute cap and which refills at cap per
+// minute. Its level may go below zero (debt): a call larger than the cap is admitted when the
+// bucket is full, and the bucket then refills from below zero.
+type bucket struct {
+	level float64
+	at    time.Time
+	cap   int64
+	// debit is usage restored from the ledger before the capacity was known, taken from
+	// the bucket when it is first filled.
+	debit float64
 }
 
-// rateWindow is the span of the per-minute caps.
+// refill brings the bucket to now under capacity c (a changed cap keeps the level, at most
+// the new cap).
+func (k *bucket) refill(now time.Time, c int64) {
+	if k.cap == 0 || k.at.IsZero() {
+		k.level, k.at = float64(c)-k.debit, now
+		k.debit = 0
+	}
+	k.cap = c
+	if d := now.Sub(k.at); d > 0 {
+		k.level += d.Seconds() * float64(c) / rateWindow.Seconds()
+	}
+	k.level = min(k.level, float64(c))
+	k.at = now
+}
+
+// wait is how long until the bucket holds n (at most its capacity).
+func (k *bucket) wait(n float64) time.Duration {
+	need := min(n, float64(k.cap)) - k.level
+	if need <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(need / float64(k.cap) * float64(rateWindow)))
+}
+
+// rateWindow is the span of the per-minute caps: a bucket refills from empty in it.
 const rateWindow = time.Minute
+
+// Ask is what one call asks of the budget.
+type Ask struct {
+	// In bounds the input tokens.
+	In int64
+	// Out is the output limit per choice; Choices the number of choices (0 with Out 0 for a
+	// call without output, embeddings).
+	Out, Choices int64
+	// FixedOut is output billed whatever the limit (predicted outputs).
+	FixedOut int64
+	// Price is the dearest price among the route's candidates.
+	Price policy.Price
+	// Strict refuses instead of lowering Out or taking the tokensPerMinute bucket into debt
+	// (the caller will retry with a tighter input count first).
+	Strict bool
+}
+
+// tokens is the reservation for an output limit of out per choice.
+func (a Ask) tokens(out int64) int64 { return a.In + a.FixedOut + a.Choices*out }
 
 // Hold is one call's reservation, settled exactly once.
 type Hold struct {
 	Tokens int64
 	Nano   int64
-	done   bool
+	// Out is the output limit granted per choice: Ask.Out, or less when clamped.
+	Out  int64
+	done bool
 }
 
 // NewBudget returns a Budget starting from used tokens and nano-dollars (the ledger's
-// totals) and the recent usage entries of the last minute.
+// totals).
 func NewBudget(now func() time.Time, usedTokens, usedNano int64) *Budget {
 	if now == nil {
 		now = time.Now
@@ -62,72 +112,108 @@ func costNano(p policy.Price, in, out int64) int64 {
 	return int64(math.Ceil(float64(in)*p.InputPerMTok*1e3 + float64(out)*p.OutputPerMTok*1e3))
 }
 
-// Reserve reserves tokens and nano-dollars for one call under caps, and counts the request
-// in the minute window. It returns a *BudgetError (ErrBudgetExhausted or ErrRateLimited)
-// when a cap refuses it; then nothing is reserved.
-func (b *Budget) Reserve(caps policy.Budget, tokens, nano int64) (*Hold, error) {
+// Reserve reserves a call's worst case under caps and counts the request. The output limit
+// is lowered to what the lifetime caps (tokens, usd) leave, unless a.Strict; only a call
+// whose input alone does not fit is refused. It returns a *BudgetError (ErrBudgetExhausted
+// or ErrRateLimited) when a cap refuses; then nothing is reserved.
+func (b *Budget) Reserve(caps policy.Budget, a Ask) (*Hold, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	b.prune(now)
-	if caps.Tokens > 0 && b.usedTokens+b.heldTokens+tokens > caps.Tokens {
-		return nil, &BudgetError{Err: ErrBudgetExhausted, Cap: "tokens", Message: fmt.Sprintf(
-			"airlock: the sandbox's token budget is exhausted: this call reserves %d tokens (input bytes + output limit), %d of %d remain (%d reserved by calls in flight); lower max_tokens or raise llm.budget.tokens",
-			tokens, max(0, caps.Tokens-b.usedTokens-b.heldTokens), caps.Tokens, b.heldTokens)}
+	out, err := b.lifetimeOut(caps, a)
+	if err != nil {
+		return nil, err
 	}
-	if c := nanoCap(caps.USD); caps.USD > 0 && b.usedNano+b.heldNano+nano > c {
-		return nil, &BudgetError{Err: ErrBudgetExhausted, Cap: "usd", Message: fmt.Sprintf(
-			"airlock: the sandbox's USD budget is exhausted: this call reserves $%.6f, $%.6f of $%.2f remain; lower max_tokens or raise llm.budget.usd",
-			float64(nano)/1e9, float64(max(0, c-b.usedNano-b.heldNano))/1e9, caps.USD)}
-	}
+	tokens := a.tokens(out)
 	if caps.RequestsPerMinute > 0 {
-		n, oldest := 0, time.Time{}
-		for _, e := range b.window {
-			if e.req {
-				if n == 0 {
-					oldest = e.at
-				}
-				n++
-			}
-		}
-		if n >= caps.RequestsPerMinute {
-			return nil, &BudgetError{Err: ErrRateLimited, Cap: "requestsPerMinute", RetryAfter: oldest.Add(rateWindow).Sub(now),
-				Message: fmt.Sprintf("airlock: rate limit of %d requests per minute reached; retry later", caps.RequestsPerMinute)}
+		b.rpm.refill(now, int64(caps.RequestsPerMinute))
+		if b.rpm.level < 1 {
+			wait := b.rpm.wait(1)
+			return nil, &BudgetError{Err: ErrRateLimited, Cap: "requestsPerMinute", RetryAfter: wait, Message: fmt.Sprintf(
+				"airlock: rate limit reached: llm.budget.requestsPerMinute is %d; retry in %s", caps.RequestsPerMinute, roundUp(wait))}
 		}
 	}
 	if caps.TokensPerMinute > 0 {
-		if tokens > caps.TokensPerMinute {
-			return nil, &BudgetError{Err: ErrBudgetExhausted, Cap: "tokensPerMinute", Message: fmt.Sprintf(
-				"airlock: this call reserves %d tokens, more than the %d tokens per minute the sandbox may use; lower max_tokens or shorten the input",
-				tokens, caps.TokensPerMinute)}
-		}
-		used := b.heldTPM
-		for _, e := range b.window {
-			used += e.tokens
-		}
-		if over := used + tokens - caps.TokensPerMinute; over > 0 {
-			retry := rateWindow
-			var freed int64
-			for _, e := range b.window {
-				freed += e.tokens
-				if freed >= over {
-					retry = e.at.Add(rateWindow).Sub(now)
-					break
-				}
-			}
-			return nil, &BudgetError{Err: ErrRateLimited, Cap: "tokensPerMinute", RetryAfter: retry,
-				Message: fmt.Sprintf("airlock: rate limit of %d tokens per minute reached (this call reserves %d); retry later",
-					caps.TokensPerMinute, tokens)}
+		b.tpm.refill(now, caps.TokensPerMinute)
+		full := b.tpm.level >= float64(caps.TokensPerMinute)
+		if float64(tokens) > b.tpm.level && (a.Strict || !full) {
+			wait := b.tpm.wait(float64(tokens))
+			return nil, &BudgetError{Err: ErrRateLimited, Cap: "tokensPerMinute", RetryAfter: wait, Message: fmt.Sprintf(
+				"airlock: rate limit reached: llm.budget.tokensPerMinute is %d, this call may cost up to %d tokens and %d are available now; retry in %s",
+				caps.TokensPerMinute, tokens, max(0, int64(b.tpm.level)), roundUp(wait))}
 		}
 	}
+	if caps.RequestsPerMinute > 0 {
+		b.rpm.level--
+	}
+	if caps.TokensPerMinute > 0 {
+		b.tpm.level -= float64(tokens)
+	}
+	nano := costNano(a.Price, a.In, a.FixedOut+a.Choices*out)
 	b.heldTokens += tokens
 	b.heldNano += nano
-	b.heldTPM += tokens
-	b.window = append(b.window, windowEntry{at: now, req: true})
-	return &Hold{Tokens: tokens, Nano: nano}, nil
+	return &Hold{Tokens: tokens, Nano: nano, Out: out}, nil
 }
 
-// Settle releases h and charges the real usage instead. Settling twice is a no-op.
+// lifetimeOut is the output limit per choice the tokens and usd caps leave for a (a.Out
+// when it fits). Caller holds mu.
+func (b *Budget) lifetimeOut(caps policy.Budget, a Ask) (int64, error) {
+	out := a.Out
+	least := min(1, a.Out) // one output token per choice, or none for embeddings
+	if caps.Tokens > 0 {
+		left := caps.Tokens - b.usedTokens - b.heldTokens
+		if a.Choices > 0 && a.tokens(out) > left {
+			out = (left - a.In - a.FixedOut) / a.Choices
+		}
+		if a.tokens(max(out, least)) > left || (a.Strict && out < a.Out) {
+			if b.heldTokens > 0 && a.tokens(least) <= caps.Tokens-b.usedTokens {
+				return 0, heldError("tokens", b.heldTokens)
+			}
+			return 0, &BudgetError{Err: ErrBudgetExhausted, Cap: "tokens", Message: fmt.Sprintf(
+				"airlock: the sandbox's token budget (llm.budget.tokens: %d) is exhausted: %d tokens are left and this call's input alone may cost up to %d; raise llm.budget.tokens or shorten the input",
+				caps.Tokens, max(0, left), a.In+a.FixedOut)}
+		}
+	}
+	if caps.USD > 0 {
+		left := nanoCap(caps.USD) - b.usedNano - b.heldNano
+		inCost := costNano(a.Price, a.In, a.FixedOut)
+		perOut := a.Price.OutputPerMTok * 1e3 * float64(a.Choices)
+		if perOut > 0 && costNano(a.Price, a.In, a.FixedOut+a.Choices*out) > left {
+			out = min(out, int64(math.Floor(float64(left-inCost)/perOut)))
+		}
+		cost := func(o int64) int64 { return costNano(a.Price, a.In, a.FixedOut+a.Choices*o) }
+		if cost(max(out, least)) > left || (a.Strict && out < a.Out) {
+			if b.heldNano > 0 && cost(least) <= nanoCap(caps.USD)-b.usedNano {
+				return 0, heldError("usd", b.heldTokens)
+			}
+			return 0, &BudgetError{Err: ErrBudgetExhausted, Cap: "usd", Message: fmt.Sprintf(
+				"airlock: the sandbox's USD budget (llm.budget.usd: $%.2f) is exhausted: $%.6f is left and this call's input alone may cost up to $%.6f; raise llm.budget.usd or shorten the input",
+				caps.USD, float64(max(0, left))/1e9, float64(inCost)/1e9)}
+		}
+	}
+	return out, nil
+}
+
+// heldRetry is the Retry-After of a call refused only because calls in flight hold the rest
+// of a lifetime cap: they settle to their real usage, usually far less, within seconds.
+const heldRetry = time.Second
+
+// heldError refuses a call that would fit the lifetime cap named by capName if the calls in
+// flight released their reservations: a rate limit (429, retry), not exhaustion.
+func heldError(capName string, held int64) *BudgetError {
+	return &BudgetError{Err: ErrRateLimited, Cap: capName, RetryAfter: heldRetry, Message: fmt.Sprintf(
+		"airlock: what is left of llm.budget.%s is reserved by calls in flight (%d tokens in all); they settle to their real usage when they end: retry in %s",
+		capName, held, heldRetry)}
+}
+
+// roundUp renders a wait in whole seconds, rounded up (as Retry-After says it).
+func roundUp(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// Settle releases h and charges the real usage instead: the lifetime totals and the
+// tokensPerMinute bucket (which gets back what the call reserved and did not use). Settling
+// twice is a no-op.
 func (b *Budget) Settle(h *Hold, tokens, nano int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -137,31 +223,23 @@ func (b *Budget) Settle(h *Hold, tokens, nano int64) {
 	h.done = true
 	b.heldTokens -= h.Tokens
 	b.heldNano -= h.Nano
-	b.heldTPM -= h.Tokens
 	b.usedTokens += tokens
 	b.usedNano += nano
-	if tokens > 0 {
-		b.window = append(b.window, windowEntry{at: b.now(), tokens: tokens})
+	if b.tpm.cap > 0 {
+		b.tpm.refill(b.now(), b.tpm.cap)
+		b.tpm.level = min(b.tpm.level+float64(h.Tokens-tokens), float64(b.tpm.cap))
 	}
 }
 
-// prune drops window entries older than the window. Caller holds mu.
-func (b *Budget) prune(now time.Time) {
-	i := 0
-	for i < len(b.window) && now.Sub(b.window[i].at) >= rateWindow {
-		i++
-	}
-	if i > 0 {
-		b.window = append(b.window[:0], b.window[i:]...)
-	}
-}
-
-// restoreWindow puts usage settled at 'at' (from the ledger) back in the minute window.
+// restoreWindow charges usage settled at 'at' (from the ledger) to the per-minute buckets:
+// what of it has not refilled by now.
 func (b *Budget) restoreWindow(at time.Time, tokens int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.now().Sub(at) < rateWindow {
-		b.window = append(b.window, windowEntry{at: at, req: true}, windowEntry{at: at, tokens: tokens})
+	left := 1 - b.now().Sub(at).Seconds()/rateWindow.Seconds()
+	if left > 0 {
+		b.tpm.debit += float64(tokens) * left
+		b.rpm.debit += left
 	}
 }
 

@@ -14,12 +14,14 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// chatBody is a fixed request: its reservation is len(chatBody) + 50 tokens.
+// chatBody is a fixed request: its reservation is 86 input tokens (its fallback gpt-backup is
+// an OpenAI-compatible server: 64 per call, 16 per message, "user" and "hi" by bytes) + 50
+// output tokens.
 const chatBody = `{"model":"gpt-test","max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`
 
 func TestParallelCallsNeverOverspend(t *testing.T) {
-	reserve := int64(len(chatBody) + 50)
-	budget := 10*reserve + reserve/2 // ten calls fit, an eleventh does not
+	const reserve = 86 + 50
+	budget := int64(10*reserve + 100) // ten calls fit, an eleventh only clamped (to 14), a twelfth not at all
 	e := newEnv(t, setup{llmExtra: fmt.Sprintf("    budget: {tokens: %d}\n", budget)})
 	e.openai.Hold = make(chan struct{})
 	e.openai.Arrived = make(chan struct{}, 100)
@@ -32,24 +34,25 @@ func TestParallelCallsNeverOverspend(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			status, h, body := e.post("/v1/chat/completions", chatBody)
+			// The rest of the budget is held by calls in flight, not spent: retry soon.
 			if status == http.StatusTooManyRequests {
-				if !strings.Contains(body, "insufficient_quota") || h.Get("X-Airlock-Decision") != "deny" {
-					t.Errorf("429 body %s", body)
+				if !strings.Contains(body, "reserved by calls in flight") || h.Get("X-Airlock-Decision") != "deny" || h.Get("Retry-After") != "1" {
+					t.Errorf("429 %v %s", h, body)
 				}
 				refused <- struct{}{}
 			}
 			statuses <- status
 		}()
 	}
-	// Every call that does not fit is refused while the ten that do are held by the provider.
-	for range n - 10 {
+	// Every call that does not fit is refused while the eleven that do are held by the provider.
+	for range n - 11 {
 		<-refused
 	}
-	for range 10 {
+	for range 11 {
 		<-e.openai.Arrived
 	}
-	if got := e.openai.InFlight(); got != 10 {
-		t.Errorf("%d calls reached the provider, want exactly 10", got)
+	if got := e.openai.InFlight(); got != 11 {
+		t.Errorf("%d calls reached the provider, want exactly 11", got)
 	}
 	close(e.openai.Hold)
 	wg.Wait()
@@ -58,14 +61,14 @@ func TestParallelCallsNeverOverspend(t *testing.T) {
 	for s := range statuses {
 		count[s]++
 	}
-	if count[200] != 10 || count[429] != 90 {
-		t.Errorf("statuses %v, want 10×200 and 90×429", count)
+	if count[200] != 11 || count[429] != 89 {
+		t.Errorf("statuses %v, want 11×200 and 89×429", count)
 	}
 	if err := e.ledger.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	tot, pu := e.ledger.Totals().Total, e.openai.TotalUsage()
-	if tot.Input != pu.Input || tot.Output != pu.Output || tot.Requests != 10 {
+	if tot.Input != pu.Input || tot.Output != pu.Output || tot.Requests != 11 {
 		t.Errorf("ledger %+v, provider %+v: want the sum of the real usage", tot, pu)
 	}
 	if tot.Input+tot.Output > budget {
@@ -142,49 +145,89 @@ func TestLedgerTornAndCorruptLines(t *testing.T) {
 
 func TestBudgetCaps(t *testing.T) {
 	now := time.Unix(1000, 0)
-	b := NewBudget(func() time.Time { return now }, 0, 0)
+	clock := func() time.Time { return now }
 	tests := []struct {
 		name    string
 		caps    policy.Budget
-		tokens  int64
-		nano    int64
+		ask     Ask
 		want    error
 		wantCap string
+		wantOut int64
 	}{
-		{"fits", policy.Budget{Tokens: 100}, 100, 0, nil, ""},
-		{"tokens exhausted", policy.Budget{Tokens: 100}, 101, 0, ErrBudgetExhausted, "tokens"},
-		{"usd exhausted", policy.Budget{USD: 0.000001}, 1, 1001, ErrBudgetExhausted, "usd"},
-		{"too big for a minute", policy.Budget{TokensPerMinute: 10}, 11, 0, ErrBudgetExhausted, "tokensPerMinute"},
+		{"fits", policy.Budget{Tokens: 100}, Ask{In: 50, Out: 50, Choices: 1}, nil, "", 50},
+		{"clamped", policy.Budget{Tokens: 100}, Ask{In: 60, Out: 50, Choices: 1}, nil, "", 40},
+		{"clamped per choice", policy.Budget{Tokens: 100}, Ask{In: 40, Out: 50, Choices: 3}, nil, "", 20},
+		{"strict does not clamp", policy.Budget{Tokens: 100}, Ask{In: 60, Out: 50, Choices: 1, Strict: true}, ErrBudgetExhausted, "tokens", 0},
+		{"input alone does not fit", policy.Budget{Tokens: 100}, Ask{In: 100, Out: 50, Choices: 1}, ErrBudgetExhausted, "tokens", 0},
+		{"embeddings fit", policy.Budget{Tokens: 100}, Ask{In: 100}, nil, "", 0},
+		{"usd clamped", policy.Budget{USD: 0.0001}, Ask{In: 50, Out: 100, Choices: 1, Price: policy.Price{InputPerMTok: 1, OutputPerMTok: 1}}, nil, "", 50},
+		{"usd exhausted", policy.Budget{USD: 0.000001}, Ask{In: 2, Out: 5, Choices: 1, Price: policy.Price{InputPerMTok: 1000}}, ErrBudgetExhausted, "usd", 0},
+		{"larger than a minute, bucket full", policy.Budget{TokensPerMinute: 10}, Ask{In: 11}, nil, "", 0},
+		{"larger than a minute, strict", policy.Budget{TokensPerMinute: 10}, Ask{In: 11, Strict: true}, ErrRateLimited, "tokensPerMinute", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := b.Reserve(tc.caps, tc.tokens, tc.nano)
+			b := NewBudget(clock, 0, 0)
+			h, err := b.Reserve(tc.caps, tc.ask)
 			var be *BudgetError
 			if !errors.Is(err, tc.want) || (err != nil && (!errors.As(err, &be) || be.Cap != tc.wantCap)) {
-				t.Errorf("got %v, want %v (%s)", err, tc.want, tc.wantCap)
+				t.Fatalf("got %v, want %v (%s)", err, tc.want, tc.wantCap)
 			}
-			b.Settle(h, 0, 0)
+			if err == nil && h.Out != tc.wantOut {
+				t.Errorf("granted %d output tokens, want %d", h.Out, tc.wantOut)
+			}
 		})
 	}
-	// Requests per minute: the third in the same minute waits for the first to leave.
+}
+
+func TestTokenBucket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := NewBudget(func() time.Time { return now }, 0, 0)
+	caps := policy.Budget{TokensPerMinute: 600} // refills 10 tokens a second
+	// A call larger than the cap is admitted on a full bucket and leaves it in debt.
+	h, err := b.Reserve(caps, Ask{In: 900})
+	if err != nil {
+		t.Fatalf("full bucket: %v", err)
+	}
+	b.Settle(h, 900, 0)
+	_, err = b.Reserve(caps, Ask{In: 100})
+	var be *BudgetError
+	if !errors.As(err, &be) || !errors.Is(err, ErrRateLimited) || be.RetryAfter != 40*time.Second {
+		t.Fatalf("in debt: %v, want rate limited for 40s (from -300 to 100 at 10/s)", err)
+	}
+	now = now.Add(40 * time.Second)
+	h, err = b.Reserve(caps, Ask{In: 100})
+	if err != nil {
+		t.Fatalf("after refilling: %v", err)
+	}
+	// What a call reserved and did not use goes back at once.
+	b.Settle(h, 10, 0)
+	if _, err := b.Reserve(caps, Ask{In: 90, Strict: true}); err != nil {
+		t.Errorf("refund: %v", err)
+	}
+	// A call larger than the cap on a bucket that is not full waits until it is full.
+	_, err = b.Reserve(caps, Ask{In: 700})
+	if !errors.As(err, &be) || be.RetryAfter != 60*time.Second {
+		t.Errorf("large call on a partial bucket: %v, want a wait of 60s until full", err)
+	}
+
+	// Requests per minute: the same bucket, one token per request.
 	b = NewBudget(func() time.Time { return now }, 0, 0)
-	caps := policy.Budget{RequestsPerMinute: 2}
+	rpm := policy.Budget{RequestsPerMinute: 2}
 	for range 2 {
-		h, err := b.Reserve(caps, 1, 0)
+		h, err := b.Reserve(rpm, Ask{In: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		b.Settle(h, 1, 0)
-		now = now.Add(10 * time.Second)
 	}
-	_, err := b.Reserve(caps, 1, 0)
-	var be *BudgetError
-	if !errors.As(err, &be) || !errors.Is(err, ErrRateLimited) || be.RetryAfter != 40*time.Second {
-		t.Fatalf("third request: %v (retry after %v), want rate limited for 40s", err, be)
+	_, err = b.Reserve(rpm, Ask{In: 1})
+	if !errors.As(err, &be) || !errors.Is(err, ErrRateLimited) || be.RetryAfter != 30*time.Second {
+		t.Fatalf("third request: %v, want rate limited for 30s", err)
 	}
-	now = now.Add(40 * time.Second)
-	if _, err := b.Reserve(caps, 1, 0); err != nil {
-		t.Errorf("after the window: %v", err)
+	now = now.Add(30 * time.Second)
+	if _, err := b.Reserve(rpm, Ask{In: 1}); err != nil {
+		t.Errorf("after refilling: %v", err)
 	}
 }
 

@@ -12,7 +12,8 @@
 // dnsfilter never import it, nor it them.
 //
 // The path of one call (handler.go): parse the request (request.go) → find the model's route
-// (routes.go) → reserve its worst case in the budget (budget.go) and the ledger (ledger.go)
+// (routes.go) → bound its cost (cost.go, images.go, tokens.go) and reserve that in the budget
+// (budget.go), lowering the output limit to what is left, and in the ledger (ledger.go)
 // → fetch the provider key → dispatch with retries and fallbacks before the first byte
 // (upstream.go) → pass the answer through, counting usage (stream.go, usage.go) → settle the
 // reservation to the real usage → one audit event and metrics.

@@ -16,10 +16,11 @@ var (
 	// than the last fails its checksum: the file was changed, and no budget can be trusted.
 	ErrLedgerCorrupt = errors.New("usage ledger corrupt")
 	// ErrBudgetExhausted is returned by Budget.Reserve when a lifetime cap (tokens, usd)
-	// cannot cover the call's reservation.
+	// cannot cover the call's input even with its output limit lowered to one token.
 	ErrBudgetExhausted = errors.New("budget exhausted")
-	// ErrRateLimited is returned by Budget.Reserve when a per-minute cap is reached; the
-	// *BudgetError says when to retry.
+	// ErrRateLimited is returned by Budget.Reserve when a per-minute bucket cannot hold the
+	// call, or calls in flight hold what is left of a lifetime cap; the *BudgetError says
+	// when to retry.
 	ErrRateLimited = errors.New("rate limit reached")
 	// ErrInternalAddress is returned by the provider dialer when the provider's name resolves
 	// only to internal addresses and the provider does not set allowInternal.
@@ -61,6 +62,8 @@ type apiError struct {
 	retryAfter time.Duration
 	// deny marks a policy decision (model, budget): X-Airlock-Decision: deny.
 	deny bool
+	// final tells SDKs not to retry (x-should-retry: false; both official SDKs honour it).
+	final bool
 }
 
 // anthropicErrorType maps a status to the Anthropic error type of that status.
@@ -93,6 +96,9 @@ func (e *apiError) write(w http.ResponseWriter, f family) {
 	if e.deny {
 		h.Set("X-Airlock-Decision", "deny")
 	}
+	if e.final {
+		h.Set("X-Should-Retry", "false")
+	}
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
 	}
@@ -118,20 +124,19 @@ func badRequest(msg string) *apiError {
 	return &apiError{status: policy.ReasonInvalidRequest.HTTPStatus(), code: "invalid_request", openaiType: "invalid_request_error", message: msg}
 }
 
-// budgetAPIError maps a refused reservation to its answer (429) and reason code.
+// budgetAPIError maps a refused reservation to its answer and reason code: a per-minute cap
+// (or a lifetime cap held by calls in flight) to 429 with Retry-After, an exhausted lifetime
+// cap to 403 insufficient_quota with x-should-retry: false (a 429 would make the SDKs retry
+// a budget that will not come back).
 func budgetAPIError(be *BudgetError) (*apiError, policy.Reason) {
-	reason := policy.ReasonBudgetExhausted
 	if errors.Is(be, ErrRateLimited) {
-		reason = policy.ReasonRateLimited
-	}
-	e := &apiError{status: reason.HTTPStatus(), message: be.Message, retryAfter: be.RetryAfter, deny: true}
-	if reason == policy.ReasonRateLimited {
-		e.code, e.openaiType = "rate_limit_exceeded", "requests"
+		e := &apiError{status: policy.ReasonRateLimited.HTTPStatus(), message: be.Message, retryAfter: be.RetryAfter, deny: true,
+			code: "rate_limit_exceeded", openaiType: "requests"}
 		if be.Cap == "tokensPerMinute" {
 			e.openaiType = "tokens"
 		}
-	} else {
-		e.code, e.openaiType = "budget_exhausted", "insufficient_quota"
+		return e, policy.ReasonRateLimited
 	}
-	return e, reason
+	return &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), message: be.Message, deny: true, final: true,
+		code: "insufficient_quota", openaiType: "insufficient_quota"}, policy.ReasonBudgetExhausted
 }

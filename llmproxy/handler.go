@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,12 @@ type exchange struct {
 	// charge is what the call costs: the real usage, or the reservation when unknown.
 	in, out   int64
 	estimated bool
+	// inBound is the input bound reserved; clamped the output limit the budget lowered the
+	// call's to (0: not lowered).
+	inBound int64
+	clamped int64
+	// count counts output text for a cut stream (the route's tokenizer, or bytes).
+	count func(string) int64
 }
 
 // serveCall is one model call: parse → route → reserve → key → dispatch → pass through →
@@ -65,8 +72,16 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		x.refuse(w, aerr, policy.ReasonOutputCap)
 		return
 	}
-	if ep != epCountTokens && !x.reserve(w, c, rt, limit) {
-		return
+	if ep != epCountTokens {
+		granted, ok := x.reserve(w, c, rt, limit)
+		if !ok {
+			return
+		}
+		if granted < limit {
+			c.clamped, x.clamped, limit = true, granted, granted
+			x.ev.OutputClamped = granted
+			w.Header().Set("X-Airlock-Output-Clamped", strconv.FormatInt(granted, 10))
+		}
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -95,7 +110,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		return
 	}
 	defer at.resp.Body.Close()
-	x.pass(w, c, at, cancel, limit)
+	x.pass(w, c, at, cancel, limit, func() bool { return r.Context().Err() != nil })
 }
 
 // readCall reads and parses the request body.
@@ -112,32 +127,71 @@ func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, ep endpoint) (*
 	return parseCall(ep, raw)
 }
 
-// reserve reserves the call's worst case: input bytes (a token is never shorter than the
-// byte of text it encodes, and the JSON around the text outweighs per-message tokens) plus
-// the output limit, at the dearest price among the model and its fallbacks.
-func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int64) bool {
-	tokens := c.inputBytes + limit
-	var nano int64
-	for _, cand := range rt.candidates() {
-		nano = max(nano, costNano(cand.price, c.inputBytes, limit))
+// reserve reserves the call's worst case (cost.go) and returns the output limit granted
+// per choice: limit, or less when the lifetime caps leave less. The input is bounded by its
+// bytes first; only when that does not fit is its text counted with the model's tokenizer.
+// The price is the dearest among the model and its fallbacks.
+func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int64) (int64, bool) {
+	caps := x.table.budget
+	cands := rt.candidates()
+	ask := Ask{Out: limit, Strict: true}
+	var bounds []*costBound
+	for _, cand := range cands {
+		b := boundFor(c, cand)
+		if b.unboundable != "" && (caps.Tokens > 0 || caps.USD > 0) {
+			x.refuse(w, &apiError{status: policy.ReasonUnboundedCost.HTTPStatus(), code: "unbounded_cost", openaiType: "invalid_request_error", deny: true, final: true,
+				message: "airlock: this call's cost cannot be bounded, and the sandbox has a hard budget (llm.budget): " + b.unboundable}, policy.ReasonUnboundedCost)
+			return 0, false
+		}
+		bounds = append(bounds, b)
+		ask.In = max(ask.In, b.bytes())
+		ask.FixedOut = max(ask.FixedOut, b.fixedOut)
+		ask.Choices = max(ask.Choices, b.choices)
+		ask.Price.InputPerMTok = max(ask.Price.InputPerMTok, cand.price.InputPerMTok)
+		ask.Price.OutputPerMTok = max(ask.Price.OutputPerMTok, cand.price.OutputPerMTok)
 	}
-	hold, err := x.p.budget.Reserve(x.table.budget, tokens, nano)
+	if limit == 0 {
+		ask.Choices = 0
+	}
+	x.count = x.p.tok.counter(encodingFor(rt.upstream))
+	hold, err := x.p.budget.Reserve(caps, ask)
+	if err != nil {
+		// Count the text, then let the budget lower the output limit or (a call larger
+		// than the per-minute cap, bucket full) go into debt.
+		ask.Strict = false
+		ask.In = x.countedInput(bounds, cands)
+		hold, err = x.p.budget.Reserve(caps, ask)
+	}
 	if err != nil {
 		var be *BudgetError
 		errors.As(err, &be)
 		e, reason := budgetAPIError(be)
 		x.refuse(w, e, reason)
-		return false
+		return 0, false
 	}
-	x.hold, x.id = hold, newCallID()
+	x.hold, x.id, x.inBound = hold, newCallID(), ask.In
 	x.p.cfg.Ledger.Append(Record{Kind: RecordReserve, ID: x.id, Sandbox: "", Model: rt.name, Provider: rt.provider,
-		Input: c.inputBytes, Output: limit, CostNano: nano})
-	return true
+		Input: ask.In, Output: hold.Tokens - ask.In, CostNano: hold.Nano})
+	return hold.Out, true
+}
+
+// countedInput is the input bound with text counted by each candidate's tokenizer (bytes
+// for a model airlock has none for), the largest over the candidates.
+func (x *exchange) countedInput(bounds []*costBound, cands []*route) int64 {
+	var n int64
+	for i, b := range bounds {
+		if count := x.p.tok.counter(encodingFor(cands[i].upstream)); count != nil && cands[i].ptype == policy.ProviderOpenAI {
+			n = max(n, b.counted(count))
+		} else {
+			n = max(n, b.bytes())
+		}
+	}
+	return n
 }
 
 // pass hands the provider's answer to the caller: errors redacted and passed through, a
 // stream event by event, anything else whole once its usage is read.
-func (x *exchange) pass(w http.ResponseWriter, c *call, at attempt, cancel context.CancelFunc, limit int64) {
+func (x *exchange) pass(w http.ResponseWriter, c *call, at attempt, cancel context.CancelFunc, limit int64, callerGone func() bool) {
 	resp, rt := at.resp, at.route
 	x.ev.Status = resp.StatusCode
 	redact := func(b []byte) []byte { return redactKey(b, at.key) }
@@ -146,6 +200,7 @@ func (x *exchange) pass(w http.ResponseWriter, c *call, at attempt, cancel conte
 	defer dog.Stop()
 	kick := func() { dog.Reset(rt.chunk) }
 	copyResponseHeaders(w.Header(), resp.Header)
+	x.budgetHeaders(w.Header())
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode < 300 && mt == "text/event-stream" {
 		h := w.Header()
@@ -154,21 +209,9 @@ func (x *exchange) pass(w http.ResponseWriter, c *call, at attempt, cancel conte
 		h.Del("Content-Length")
 		w.WriteHeader(resp.StatusCode)
 		_ = http.NewResponseController(w).Flush()
-		res := pump(w, resp.Body, c, limit, redact, x.firstToken, kick, timedOut.Load)
+		res := pump(w, resp.Body, c, limit*max(1, c.choices), x.count, redact, x.firstToken, kick, timedOut.Load)
 		x.ev.BytesDown = res.bytesDown
-		switch {
-		case res.meter.done && res.meter.u.known && res.cut == nil:
-			x.in, x.out = res.meter.u.input, res.meter.u.output
-		case res.meter.upstreamError && !res.meter.u.known:
-			// The provider failed the call in-band before any usage: nothing billed.
-		default:
-			x.chargeReservation()
-			if res.cut != nil {
-				x.ev.Error = res.cut.message
-			} else if res.err != nil {
-				x.ev.Error = "stream ended early: " + res.err.Error()
-			}
-		}
+		x.settleStream(res, callerGone)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(&kickReader{r: resp.Body, kick: kick}, maxResponseBytes))
@@ -193,6 +236,53 @@ func (x *exchange) pass(w http.ResponseWriter, c *call, at attempt, cancel conte
 	w.WriteHeader(resp.StatusCode)
 	n, _ := w.Write(body)
 	x.ev.BytesDown = int64(n)
+}
+
+// settleStream decides what a stream costs: the usage the provider reported when it ended
+// well; nothing when the provider failed it before any usage; when the caller went away
+// mid-stream, the input (as reported, else its bound) plus the output counted in the events
+// forwarded (upstream is cancelled as serveCall returns); otherwise the whole reservation.
+// The last two are marked estimated.
+func (x *exchange) settleStream(res pumpResult, callerGone func() bool) {
+	m := res.meter
+	switch {
+	case m.done && m.u.known && res.cut == nil:
+		x.in, x.out = m.u.input, m.u.output
+		return
+	case m.upstreamError && !m.u.known:
+		return // the provider failed the call in-band before any usage: nothing billed
+	case res.err != nil && callerGone() && x.hold != nil:
+		x.estimated = true
+		x.in, x.out = x.inBound, res.out
+		if m.u.known && m.u.input > 0 {
+			x.in = m.u.input
+		}
+		x.ev.Error = "caller went away mid-stream: " + res.err.Error()
+		return
+	}
+	x.chargeReservation()
+	if res.cut != nil {
+		x.ev.Error = res.cut.message
+	} else if res.err != nil {
+		x.ev.Error = "stream ended early: " + res.err.Error()
+	}
+}
+
+// budgetHeaders says what is left of the lifetime caps on every answer:
+// X-Airlock-Budget-Remaining-Tokens (with llm.budget.tokens) and
+// X-Airlock-Budget-Remaining-USD (with llm.budget.usd), after what calls in flight hold.
+func (x *exchange) budgetHeaders(h http.Header) {
+	caps := x.table.budget
+	if caps.Tokens <= 0 && caps.USD <= 0 {
+		return
+	}
+	st := x.p.budget.State()
+	if caps.Tokens > 0 {
+		h.Set("X-Airlock-Budget-Remaining-Tokens", strconv.FormatInt(max(0, caps.Tokens-st.UsedTokens-st.HeldTokens), 10))
+	}
+	if caps.USD > 0 {
+		h.Set("X-Airlock-Budget-Remaining-USD", strconv.FormatFloat(float64(max(0, nanoCap(caps.USD)-st.UsedNano-st.HeldNano))/1e9, 'f', 6, 64))
+	}
 }
 
 // kickReader calls kick after every read (the between-chunk watchdog).
@@ -237,12 +327,14 @@ func (x *exchange) chargeReservation() {
 func (x *exchange) refuse(w http.ResponseWriter, e *apiError, reason policy.Reason) {
 	x.ev.Decision, x.ev.Reason, x.ev.Detail, x.ev.Status = audit.DecisionDeny, string(reason), e.message, e.status
 	x.p.metrics.denied.WithLabelValues(string(reason)).Inc()
+	x.budgetHeaders(w.Header())
 	e.write(w, x.ep.family())
 }
 
 // fail answers a call that was allowed but could not be completed.
 func (x *exchange) fail(w http.ResponseWriter, e *apiError) {
 	x.ev.Status = e.status
+	x.budgetHeaders(w.Header())
 	e.write(w, x.ep.family())
 }
 

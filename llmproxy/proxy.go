@@ -22,6 +22,7 @@ type Proxy struct {
 	log          logrus.FieldLogger
 	now          func() time.Time
 	budget       *Budget
+	tok          *tokenizers
 	routes       routesCache
 	transports   *transports
 	metrics      *metrics
@@ -72,6 +73,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.transports = &transports{guard: guard, byKey: make(map[string]*http.Transport)}
 	p.metrics = newMetrics(cfg.Registerer)
+	p.tok = newTokenizers()
 	t := cfg.Ledger.Totals()
 	p.budget = NewBudget(p.now, t.Total.Input+t.Total.Output, t.Total.CostNano)
 	for _, r := range cfg.Ledger.recentSettles(p.now().Add(-rateWindow)) {

@@ -48,6 +48,11 @@ type call struct {
 	// maxOut is the output limit the caller sent (0: none); outField names its field.
 	maxOut   int64
 	outField string
+	// clamped is set when the budget lowered the output limit below the caller's.
+	clamped bool
+	// choices is the number of outputs asked for (n, or best_of for completions); 0 when
+	// the caller did not say (one).
+	choices int64
 	// inputBytes is the request body's size, the input reservation (see reserveTokens).
 	inputBytes int64
 }
@@ -76,6 +81,17 @@ func parseCall(ep endpoint, raw []byte) (*call, *apiError) {
 			return nil, badRequest("\"stream_options\" must be an object")
 		}
 		c.wantUsage = opts.IncludeUsage
+	}
+	for _, f := range []string{"n", "best_of"} {
+		v, ok := c.body[f]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		var n int64
+		if json.Unmarshal(v, &n) != nil || n < 1 || n > 128 {
+			return nil, badRequest(fmt.Sprintf("%q must be an integer from 1 to 128", f))
+		}
+		c.choices = max(c.choices, n)
 	}
 	for _, f := range outputFields(ep) {
 		v, ok := c.body[f]
@@ -129,13 +145,21 @@ func (c *call) outputLimit(r *route) (int64, bool, *apiError) {
 }
 
 // upstreamBody is the body sent to route r: the model renamed, the output limit written in
-// when the caller set none, and OpenAI streams asked to report usage.
+// when the caller set none or the budget lowered it (clamp: every output field the caller
+// sent is lowered), and OpenAI streams asked to report usage.
 func (c *call) upstreamBody(r *route, limit int64, inject bool) []byte {
 	b := make(map[string]json.RawMessage, len(c.body)+2)
 	for k, v := range c.body {
 		b[k] = v
 	}
 	b["model"], _ = json.Marshal(r.upstream)
+	if c.clamped {
+		for _, f := range outputFields(c.ep) {
+			if v, ok := b[f]; ok && string(v) != "null" {
+				b[f] = json.RawMessage(strconv.FormatInt(limit, 10))
+			}
+		}
+	}
 	if inject {
 		field := outputFields(c.ep)[0]
 		if c.ep == epChat && r.ptype != policy.ProviderOpenAI {

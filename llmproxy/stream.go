@@ -118,6 +118,8 @@ type pumpResult struct {
 	meter     *streamMeter
 	bytesDown int64
 	firstByte bool
+	// out is the output tokens counted in the events written to the caller.
+	out int64
 	// cut is the error event airlock ended the stream with, if it did.
 	cut *apiError
 	// err is a read error from upstream or a write error towards the caller.
@@ -125,14 +127,15 @@ type pumpResult struct {
 }
 
 // pump copies a provider's event stream to the caller one event at a time, flushing each,
-// counting usage, dropping the usage chunk an OpenAI caller did not ask for, and cutting the
-// stream with an error event when the output passes outLimit tokens (a provider ignoring the
-// max_tokens airlock sent: the call would spend more than it reserved). onFirst is called
-// before the first event is written (time to first token). kick is called after every read
-// from upstream (the between-chunk watchdog).
-func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, redact func([]byte) []byte, onFirst, kick func(), timedOut func() bool) pumpResult {
+// counting usage and the output it forwards (with count), dropping the usage chunk an OpenAI
+// caller did not ask for, and cutting the stream with an error event when the output passes
+// outLimit tokens over all choices (a provider ignoring the max_tokens airlock sent: the call
+// would spend more than it reserved). onFirst is called before the first event is written
+// (time to first token). kick is called after every read from upstream (the between-chunk
+// watchdog).
+func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, count func(string) int64, redact func([]byte) []byte, onFirst, kick func(), timedOut func() bool) pumpResult {
 	rc := http.NewResponseController(w)
-	res := pumpResult{meter: &streamMeter{ep: c.ep, wantUsage: c.wantUsage}}
+	res := pumpResult{meter: &streamMeter{ep: c.ep, wantUsage: c.wantUsage, count: count}}
 	rd := newSSEReader(body)
 	for {
 		ev, err := rd.next()
@@ -151,7 +154,7 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, redact
 			continue
 		}
 		if c.ep != epEmbeddings && outLimit > 0 && res.meter.deltas > outLimit && !res.meter.done {
-			res.cut = &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), code: "budget_exhausted", openaiType: "insufficient_quota", deny: true,
+			res.cut = &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), code: "insufficient_quota", openaiType: "insufficient_quota", deny: true,
 				message: fmt.Sprintf("airlock: stream cut: the provider sent more than the %d output tokens this call reserved from the sandbox's budget", outLimit)}
 			res.bytesDown += writeCut(w, rc, c.ep, res.cut)
 			return res
@@ -168,6 +171,9 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, redact
 		res.bytesDown += int64(n)
 		if werr == nil {
 			werr = rc.Flush()
+		}
+		if werr == nil || n == len(raw) {
+			res.out += res.meter.last
 		}
 		if werr != nil {
 			res.err = fmt.Errorf("write to caller: %w", werr)

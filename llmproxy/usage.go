@@ -66,29 +66,61 @@ const (
 type streamMeter struct {
 	ep        endpoint
 	wantUsage bool
-	u         usage
+	// count counts the tokens of output text (the model's tokenizer, or bytes).
+	count func(string) int64
+	u     usage
 	// deltas counts output events (a lower bound of output tokens: a delta carries at least
 	// one token).
 	deltas int64
+	// last is the output tokens counted in the last event observed; pump adds it to what
+	// was forwarded once the event is written.
+	last int64
 	// upstreamError is set when the provider sent an error event.
 	upstreamError bool
 	done          bool
 }
 
 var (
-	dataDone     = []byte("[DONE]")
-	usageKey     = []byte(`"usage"`)
-	errorKey     = []byte(`"error"`)
-	choicesEmpty = []byte(`"choices":[]`)
+	dataDone = []byte("[DONE]")
+	errorKey = []byte(`"error"`)
 )
+
+// chatChunk holds what airlock reads of an OpenAI chat or completions chunk.
+type chatChunk struct {
+	Usage   *wireUsage `json:"usage"`
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string `json:"content"`
+			Refusal          string `json:"refusal"`
+			ReasoningContent string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Error json.RawMessage `json:"error"`
+}
+
+// outputTokens counts one output delta: its text's tokens, at least one.
+func (m *streamMeter) outputTokens(text string) int64 {
+	m.deltas++
+	n := int64(len(text))
+	if m.count != nil {
+		n = m.count(text)
+	}
+	return max(1, n)
+}
 
 // observe looks at one event (its "event:" name and joined "data:") and says what to do.
 func (m *streamMeter) observe(name string, data []byte) eventAction {
+	m.last = 0
 	switch m.ep {
 	case epChat, epCompletions:
-		if act, final := m.observeChat(data); final {
-			return act
-		}
+		return m.observeChat(data)
 	case epMessages:
 		m.observeMessages(name, data)
 	case epResponses:
@@ -100,49 +132,51 @@ func (m *streamMeter) observe(name string, data []byte) eventAction {
 	return forward
 }
 
-// observeChat meters an OpenAI chat or completions chunk. final means act is the answer and
-// the generic error check is not needed.
-func (m *streamMeter) observeChat(data []byte) (act eventAction, final bool) {
+// observeChat reads an OpenAI chat or completions chunk.
+func (m *streamMeter) observeChat(data []byte) eventAction {
 	if bytes.Equal(bytes.TrimSpace(data), dataDone) {
 		m.done = true
-		return forward, true
+		return forward
 	}
-	if !bytes.Contains(data, usageKey) {
-		if bytes.HasPrefix(bytes.TrimSpace(data), []byte(`{"error"`)) {
-			m.upstreamError = true
-		} else if !bytes.Contains(data, choicesEmpty) {
-			m.deltas++
-		}
-		return forward, true
-	}
-	var v struct {
-		Usage   *wireUsage        `json:"usage"`
-		Choices []json.RawMessage `json:"choices"`
-		Error   json.RawMessage   `json:"error"`
-	}
+	var v chatChunk
 	if json.Unmarshal(data, &v) != nil {
-		return forward, true
+		return forward
 	}
-	if v.Error != nil {
+	if v.Error != nil && string(v.Error) != "null" {
 		m.upstreamError = true
 	}
-	if len(v.Choices) > 0 {
-		m.deltas++
+	for _, ch := range v.Choices {
+		d := ch.Delta
+		text := ch.Text + d.Content + d.Refusal + d.ReasoningContent
+		for _, tc := range d.ToolCalls {
+			text += tc.Function.Name + tc.Function.Arguments
+		}
+		if text != "" {
+			m.last += m.outputTokens(text)
+		}
 	}
 	if v.Usage != nil {
 		m.u.merge(v.Usage)
 		if len(v.Choices) == 0 && !m.wantUsage {
-			return drop, true
+			return drop
 		}
 	}
-	return forward, false
+	return forward
 }
 
-// observeMessages meters an Anthropic Messages event.
+// observeMessages reads an Anthropic Messages event.
 func (m *streamMeter) observeMessages(name string, data []byte) {
 	switch name {
 	case "content_block_delta":
-		m.deltas++
+		var v struct {
+			Delta struct {
+				Text        string `json:"text"`
+				PartialJSON string `json:"partial_json"`
+				Thinking    string `json:"thinking"`
+			} `json:"delta"`
+		}
+		_ = json.Unmarshal(data, &v)
+		m.last = m.outputTokens(v.Delta.Text + v.Delta.PartialJSON + v.Delta.Thinking)
 	case "message_start":
 		var v struct {
 			Message struct {
@@ -166,12 +200,16 @@ func (m *streamMeter) observeMessages(name string, data []byte) {
 	}
 }
 
-// observeResponses meters an OpenAI Responses event.
+// observeResponses reads a Responses event.
 func (m *streamMeter) observeResponses(name string, data []byte) {
 	switch name {
 	case "response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta",
-		"response.reasoning_summary_text.delta":
-		m.deltas++
+		"response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		var v struct {
+			Delta string `json:"delta"`
+		}
+		_ = json.Unmarshal(data, &v)
+		m.last = m.outputTokens(v.Delta)
 	case "response.completed", "response.incomplete", "response.failed":
 		var v struct {
 			Response struct {

@@ -87,7 +87,8 @@ const (
 	ReasonModelNotAllowed Reason = "model_not_allowed" // the model is not in spec.llm.models (404)
 	ReasonWrongAPI        Reason = "wrong_api"         // the model is served through the other provider API (400)
 	ReasonOutputCap       Reason = "output_cap"        // max_tokens over the model's maxOutputTokens (400)
-	ReasonBudgetExhausted Reason = "budget_exhausted"  // a lifetime cap cannot cover the call (429)
+	ReasonBudgetExhausted Reason = "budget_exhausted"  // a lifetime cap cannot cover the call's input (403)
+	ReasonUnboundedCost   Reason = "unbounded_cost"    // the call's cost cannot be bounded under a lifetime cap (403)
 )
 
 // Reasons of kernel deny events: "kernel_" and the kernel's own deny reason (ebpf.DenyReason).
@@ -222,8 +223,10 @@ var reasonCatalogue = []ReasonInfo{
 		"call the endpoint the error message names"},
 	{ReasonOutputCap, EmitLLM, http.StatusBadRequest, "the output limit asked for exceeds the model's maxOutputTokens",
 		"lower max_tokens"},
-	{ReasonBudgetExhausted, EmitLLM, http.StatusTooManyRequests, "a lifetime budget cap (tokens, usd) cannot cover the call",
-		"lower max_tokens or shorten the input, or ask the operator to raise the cap (airlock usage)"},
+	{ReasonBudgetExhausted, EmitLLM, http.StatusForbidden, "a lifetime budget cap (tokens, usd) cannot cover the call's input (the output limit is lowered before a call is refused)",
+		"shorten the input, or ask the operator to raise the cap (airlock usage); do not retry"},
+	{ReasonUnboundedCost, EmitLLM, http.StatusForbidden, "under a lifetime budget cap, the call uses something whose cost airlock cannot bound (previous_response_id, store, file_id, server-side tools)",
+		"send the context, files and images inline, and run tools on the client"},
 	{ReasonRateLimited, EmitLLM, http.StatusTooManyRequests, "a rate limit was reached: new names a minute under a wildcard (DNS), or requestsPerMinute/tokensPerMinute (model API)",
 		"wait as Retry-After says; for DNS name the host exactly or raise dns.wildcardQueriesPerMinute"},
 

@@ -92,6 +92,8 @@ var ours = map[string]may{
 var support = []string{
 	"bench", "e2e", "internal/demo", "internal/depcheck", "internal/fakellm", "internal/privtest",
 	"internal/testnet", "internal/vaulttest", "internal/vaulttest/buildserver", "sandbox/kube/kubetest",
+	"internal/kubecluster", "internal/kubecluster/buildcluster", "internal/kubecluster/probe", "e2e/cluster",
+	"internal/imagebuild", "internal/imagebuild/airlockimage",
 }
 
 // heavy bans importers outside allowed from importing any path with prefix banned.
@@ -108,6 +110,8 @@ var heavies = []heavy{
 	{"github.com/hashicorp/vault", []string{"credentials/vault"}, "vault/api lives in credentials/vault only; Vault server code (BUSL) is never linked"},
 	{"k8s.io/", []string{"sandbox/kube", "sandbox/kube/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
 	{"sigs.k8s.io/", []string{"sandbox/kube", "sandbox/kube/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
+	{"github.com/google/go-containerregistry", []string{"internal/imagebuild"}, "image building (make image) lives in internal/imagebuild only, never in the airlock binary"},
+	{"github.com/tiktoken-go/tokenizer", []string{"llmproxy", "internal/fakellm"}, "the tokenizer vocabularies (~10 MB of binary) live in llmproxy (and the fake provider that counts like the real APIs) only"},
 	{"k8s.io/client-go/kubernetes", []string{"sandbox/kube/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 

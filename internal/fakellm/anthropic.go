@@ -12,7 +12,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, req *request) 
 		return
 	}
 	words := s.words(req)
-	in, out := s.cfg.InputTokens, int64(len(words))
+	in, out := s.inputTokens(req), int64(len(words))
 	s.record(req.Model, in, out)
 	text := strings.Join(words, "")
 	if !req.Stream {

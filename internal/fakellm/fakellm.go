@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tiktoken-go/tokenizer/codec"
 )
 
 // Flavor is the API a Server speaks.
@@ -44,6 +46,11 @@ type Config struct {
 	// EchoKeyInErrors puts the received key, in clear, in 401 error messages (the worst
 	// provider), to test that airlock redacts it.
 	EchoKeyInErrors bool
+	// CountInput reports input usage as the real APIs count it instead of InputTokens: the
+	// text's o200k_base tokens plus OpenAI's documented 3 tokens per message and 3 priming
+	// the reply, and images by OpenAI's tile rule for gpt-4o (85 + 170 per 512-pixel tile;
+	// the image must be a data URL the fake can size, or detail "low").
+	CountInput bool
 }
 
 // Server is a fake provider. It is safe for concurrent use.
@@ -60,6 +67,8 @@ type Server struct {
 	// Canceled, when set, receives one value each time a stream ends because the client
 	// went away.
 	Canceled chan struct{}
+
+	o200k func() *codec.Codec
 
 	calls    atomic.Int64 // requests that passed authentication
 	inFlight atomic.Int64 // authenticated requests not yet answered
@@ -86,7 +95,7 @@ func New(cfg Config) *Server {
 	if cfg.InputTokens == 0 {
 		cfg.InputTokens = 12
 	}
-	return &Server{cfg: cfg, usage: make(map[string]Use)}
+	return &Server{cfg: cfg, usage: make(map[string]Use), o200k: sync.OnceValue(codec.NewO200kBase)}
 }
 
 // FailNext makes the next len(statuses) authenticated requests answer with these statuses
@@ -196,6 +205,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = json.Unmarshal(body, &req)
 	}
+	req.raw = body
 	if err != nil {
 		s.error(w, http.StatusBadRequest, "", "could not parse the JSON body of your request")
 		return
@@ -221,7 +231,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, req *request) {
 	case s.cfg.Flavor == Anthropic && r.URL.Path == "/v1/messages":
 		s.messages(w, r, req)
 	case s.cfg.Flavor == Anthropic && r.URL.Path == "/v1/messages/count_tokens":
-		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": s.cfg.InputTokens})
+		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": s.inputTokens(req)})
 	default:
 		s.error(w, http.StatusNotFound, "", "Invalid URL ("+r.Method+" "+r.URL.Path+")")
 	}
@@ -237,6 +247,14 @@ type request struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// N is the number of choices (chat).
+	N int64 `json:"n"`
+	// Metadata.FakeHangAfter, when set ("3"), makes a chat stream send that many words and
+	// then wait for the client to go away; nothing is recorded for it.
+	Metadata struct {
+		FakeHangAfter string `json:"fake_hang_after"`
+	} `json:"metadata"`
+	raw []byte
 }
 
 // words returns the reply split into stream deltas, capped by the request's output limit.

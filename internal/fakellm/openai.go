@@ -3,6 +3,7 @@ package fakellm
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -66,42 +67,59 @@ func chatUsage(in, out int64) map[string]any {
 		"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
 }
 
-// chat answers POST /v1/chat/completions.
+// chat answers POST /v1/chat/completions: n choices of the reply, usage summed over them.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request, req *request) {
 	words := s.words(req)
-	in, out := s.cfg.InputTokens, int64(len(words))
-	s.record(req.Model, in, out)
+	n := max(1, req.N)
+	in, out := s.inputTokens(req), n*int64(len(words))
 	if !req.Stream {
+		s.record(req.Model, in, out)
+		choices := make([]any, n)
+		for i := range choices {
+			choices[i] = map[string]any{"index": i, "message": map[string]any{"role": "assistant",
+				"content": strings.Join(words, ""), "refusal": nil, "annotations": []any{}},
+				"logprobs": nil, "finish_reason": "stop"}
+		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": "chatcmpl-fake", "object": "chat.completion", "created": created, "model": req.Model,
-			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant",
-				"content": strings.Join(words, ""), "refusal": nil, "annotations": []any{}},
-				"logprobs": nil, "finish_reason": "stop"}},
-			"usage": chatUsage(in, out), "service_tier": "default", "system_fingerprint": "fp_fake"})
+			"choices": choices, "usage": chatUsage(in, out), "service_tier": "default", "system_fingerprint": "fp_fake"})
 		return
 	}
 	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	chunk := func(delta map[string]any, finish any) map[string]any {
+	chunk := func(i int64, delta map[string]any, finish any) map[string]any {
 		c := map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
 			"model": req.Model, "service_tier": "default", "system_fingerprint": "fp_fake",
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
+			"choices": []any{map[string]any{"index": i, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 		if withUsage {
 			c["usage"] = nil
 		}
 		return c
 	}
 	e := s.startSSE(w, r)
-	if !e.send("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) {
+	if !e.send("", chunk(0, map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) {
 		return
 	}
-	for _, wd := range words {
-		if !e.send("", chunk(map[string]any{"content": wd}, nil)) {
+	hang, err := strconv.Atoi(req.Metadata.FakeHangAfter)
+	for j, wd := range words {
+		if err == nil && j == hang {
+			<-r.Context().Done() // a client that cuts the stream
+			if e.canceled != nil {
+				e.canceled <- struct{}{}
+			}
+			return
+		}
+		for i := range n {
+			if !e.send("", chunk(i, map[string]any{"content": wd}, nil)) {
+				return
+			}
+		}
+	}
+	for i := range n {
+		if !e.send("", chunk(i, map[string]any{}, "stop")) {
 			return
 		}
 	}
-	if !e.send("", chunk(map[string]any{}, "stop")) {
-		return
-	}
+	s.record(req.Model, in, out)
 	if withUsage {
 		if !e.send("", map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created,
 			"model": req.Model, "service_tier": "default", "system_fingerprint": "fp_fake",
@@ -115,7 +133,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, req *request) {
 // completion answers POST /v1/completions.
 func (s *Server) completion(w http.ResponseWriter, r *http.Request, req *request) {
 	words := s.words(req)
-	in, out := s.cfg.InputTokens, int64(len(words))
+	in, out := s.inputTokens(req), int64(len(words))
 	s.record(req.Model, in, out)
 	usage := map[string]any{"prompt_tokens": in, "completion_tokens": out, "total_tokens": in + out}
 	if !req.Stream {
@@ -149,7 +167,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request, req *request
 
 // embeddings answers POST /v1/embeddings.
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, req *request) {
-	in := s.cfg.InputTokens
+	in := s.inputTokens(req)
 	s.record(req.Model, in, 0)
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "model": req.Model,
 		"data":  []any{map[string]any{"object": "embedding", "index": 0, "embedding": []float64{0.1, -0.2, 0.3}}},
@@ -159,7 +177,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, req *request
 // responses answers POST /v1/responses.
 func (s *Server) responses(w http.ResponseWriter, r *http.Request, req *request) {
 	words := s.words(req)
-	in, out := s.cfg.InputTokens, int64(len(words))
+	in, out := s.inputTokens(req), int64(len(words))
 	s.record(req.Model, in, out)
 	text := strings.Join(words, "")
 	usage := map[string]any{"input_tokens": in, "input_tokens_details": map[string]any{"cached_tokens": 0},

@@ -19,7 +19,9 @@ var _ sandbox.Kernel = sandboxKernel{}
 
 func (sandboxKernel) Cgroup2Root() (string, error) { return ebpf.Cgroup2Root() }
 
-func (sandboxKernel) PinDir(name string) string { return filepath.Join(ebpf.DefaultPinRoot, name) }
+func (sandboxKernel) PinDir(name string) string {
+	return filepath.Join(ebpf.DefaultPinRoot, ebpf.PinDirName(name))
+}
 
 func (k sandboxKernel) Pinned(name string) bool {
 	entries, err := os.ReadDir(k.PinDir(name))

@@ -229,6 +229,53 @@ type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
 	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+		Digest  string `json:"digest"`
+	} `json:"images"`
+	Replacements []struct {
+		Source struct {
+			Kind      string `json:"kind"`
+			Name      string `json:"name"`
+			FieldPath string `json:"fieldPath"`
+		} `json:"source"`
+		Targets []struct {
+			Select struct {
+				Kind string `json:"kind"`
+				Name string `json:"name"`
+			} `json:"select"`
+			FieldPaths []string `json:"fieldPaths"`
+		} `json:"targets"`
+	} `json:"replacements"`
+}
+
+// TestKustomizationNamesTheImageOnce: the webhook's image and its sidecars' (AIRLOCK_IMAGE)
+// both come from the kustomization's one images entry.
+func TestKustomizationNamesTheImageOnce(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	dep := one[*appsv1.Deployment](t, manifests(t), "deployment.yaml")
+	c := dep.Spec.Template.Spec.Containers[0]
+	if len(k.Images) != 1 || k.Images[0].Name != c.Image || k.Images[0].NewTag == "" && k.Images[0].Digest == "" {
+		t.Fatalf("kustomization images %+v, want one entry for the Deployment's %s with a tag or digest", k.Images, c.Image)
+	}
+	if len(k.Replacements) != 1 || len(k.Replacements[0].Targets) != 1 {
+		t.Fatalf("kustomization replacements %+v, want one copying the image into AIRLOCK_IMAGE", k.Replacements)
+	}
+	r := k.Replacements[0]
+	want := "spec.template.spec.containers.[name=" + c.Name + "]"
+	if r.Source.Name != dep.Name || r.Source.FieldPath != want+".image" ||
+		r.Targets[0].Select.Name != dep.Name || !slices.Equal(r.Targets[0].FieldPaths, []string{want + ".env.[name=AIRLOCK_IMAGE].value"}) {
+		t.Errorf("replacement %+v does not copy %s's image into its AIRLOCK_IMAGE", r, c.Name)
+	}
 }
 
 func TestKustomizationListsEveryManifest(t *testing.T) {

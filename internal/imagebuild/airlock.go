@@ -1,0 +1,51 @@
+package imagebuild
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Where the airlock image keeps things, and who it runs as.
+const (
+	AirlockBinary = "/usr/local/bin/airlock"
+	CABundle      = "/etc/ssl/certs/ca-certificates.crt"
+	// CABundleSource is the committed bundle (relative to the repository root); its origin
+	// is stated in deploy/image/README.md. The build host's own /etc/ssl is never read.
+	CABundleSource = "deploy/image/ca-certificates.crt"
+	NonRootUID     = 65532
+)
+
+// AirlockSpec describes airlock's image: the static airlock binary built from the repository
+// at root, the pinned CA bundle, and a non-root user (uid and gid 65532, "nonroot").
+func AirlockSpec(root, arch string, created time.Time) (Spec, error) {
+	bin, err := GoBinary(root, "./cmd/airlock", arch)
+	if err != nil {
+		return Spec{}, err
+	}
+	cas, err := os.ReadFile(filepath.Join(root, CABundleSource))
+	if err != nil {
+		return Spec{}, fmt.Errorf("read CA bundle: %w", err)
+	}
+	uid := fmt.Sprint(NonRootUID)
+	passwd := "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:" + uid + ":" + uid + ":nonroot:/home/nonroot:/sbin/nologin\n"
+	group := "root:x:0:\nnonroot:x:" + uid + ":\n"
+	return Spec{
+		Files: []File{
+			{Path: AirlockBinary, Mode: 0o755, Data: bin},
+			{Path: CABundle, Mode: 0o644, Data: cas},
+			{Path: "/etc/passwd", Mode: 0o644, Data: []byte(passwd)},
+			{Path: "/etc/group", Mode: 0o644, Data: []byte(group)},
+		},
+		Entrypoint: []string{AirlockBinary},
+		Env: []string{
+			"PATH=/usr/local/bin:/usr/bin:/bin",
+			"SSL_CERT_FILE=" + CABundle,
+		},
+		User:    uid + ":" + uid,
+		Labels:  map[string]string{"org.opencontainers.image.source": "https://github.com/airlock-dev/airlock"},
+		Arch:    arch,
+		Created: created,
+	}, nil
+}
