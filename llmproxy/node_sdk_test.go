@@ -20,11 +20,15 @@ const (
 )
 
 // nodeSDKs returns the node_modules directory holding the official SDKs, installing them
-// when missing. It skips when node or npm is not installed.
+// when missing. It skips when node or npm is not installed, and fails instead where
+// AIRLOCK_PRIVILEGED_TESTS=1 (CI), so CI never passes without the SDKs having run.
 func nodeSDKs(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("AIRLOCK_PRIVILEGED_TESTS") == "1" {
+				t.Fatalf("%s is not installed: the Node SDK tests need it (AIRLOCK_PRIVILEGED_TESTS=1 turns this skip into a failure)", tool)
+			}
 			t.Skipf("%s is not installed: the Node SDK tests need it", tool)
 		}
 	}
