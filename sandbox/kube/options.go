@@ -3,11 +3,12 @@ package kube
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Options configure the injection. Image and UpstreamDNS are required; every other zero value
@@ -62,10 +63,10 @@ func (o *Options) Validate() error {
 	if o.UpstreamDNS == "" {
 		return invalidf("upstream DNS is required (the cluster DNS service, e.g. 10.96.0.10:53): the pod's resolv.conf points at the sidecar itself")
 	}
-	if _, err := netip.ParseAddrPort(o.UpstreamDNS); err != nil {
-		if _, err := netip.ParseAddr(o.UpstreamDNS); err != nil {
-			return invalidf("upstream DNS %q: use ip:port", o.UpstreamDNS)
-		}
+	// The sidecar parses --upstream-dns with policy.ParseUpstream: accept exactly what it
+	// accepts, so a pod is never injected with a value its sidecar refuses.
+	if _, err := policy.ParseUpstream(o.UpstreamDNS); err != nil {
+		return invalidf("upstream DNS: %v", err)
 	}
 	switch corev1.PullPolicy(o.ImagePullPolicy) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
