@@ -43,6 +43,10 @@ type Options struct {
 	// Resources of the sidecar; nil means requests 50m CPU and 64Mi memory, limit 512Mi
 	// memory.
 	Resources *corev1.ResourceRequirements
+
+	// Vault, when its Address is set, has the sidecars log in to Vault with Kubernetes auth;
+	// the zero value leaves Vault off.
+	Vault VaultOptions
 }
 
 // environments orders the environments from laxest to strictest.
@@ -97,6 +101,9 @@ func (o *Options) Validate() error {
 		if *p.v < 1 || *p.v > 65535 {
 			return invalidf("port %d: use 1-65535", *p.v)
 		}
+	}
+	if err := o.Vault.validate(); err != nil {
+		return err
 	}
 	if o.Resources == nil {
 		o.Resources = &corev1.ResourceRequirements{
