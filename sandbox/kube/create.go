@@ -123,7 +123,7 @@ func applyConfigMap(ctx context.Context, client API, o CreateOptions, data []byt
 			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: map[string]string{
 				"app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name,
 			}},
-			Data:       map[string]string{o.PolicyKey: string(data)},
+			Data: map[string]string{o.PolicyKey: string(data)},
 		}
 		if _, err := client.CreateConfigMap(ctx, cm); err != nil {
 			return fmt.Errorf("create policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/internal/kubecluster"
+	"github.com/airlock-dev/airlock/internal/testnet"
+)
+
+// sandboxLifecycle runs `airlock sandbox create|list|delete --backend kubernetes` against the
+// cluster: create waits for the injected sidecar with progress lines, the pod is enforced like
+// any labelled pod, list shows it, delete removes it and the policy ConfigMap made for it.
+func (e *env) sandboxLifecycle(ctx context.Context, t *testing.T) {
+	bin, err := testnet.BuildAirlock(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	airlock := func(args ...string) (string, error) {
+		out, err := e.c.Command(ctx, bin, args...).CombinedOutput()
+		return string(out), err
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, policy, []byte(`apiVersion: airlock/v1
+kind: EgressPolicy
+metadata: {name: sandbox}
+spec:
+  mode: enforce
+  egress:
+    - name: allowed
+      hosts: ["`+allowedHost+`"]
+      ports: [80]
+`))
+	out, err := airlock("sandbox", "create", "k12-box", "--backend", "kubernetes", "--namespace", k12NS,
+		"--image", kubecluster.ProbeImage, "--policy", policy)
+	t.Logf("sandbox create:\n%s", out)
+	if err != nil {
+		t.Fatalf("sandbox create: %v", err)
+	}
+	for _, want := range []string{"created pod " + k12NS + "/k12-box", "policy " + policy + " written to ConfigMap " + k12NS + "/k12-box-policy",
+		"starting the airlock sidecar", "ready: sidecar enforcing, sandbox running", "sandbox k12-box ready in"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sandbox create printed no %q", want)
+		}
+	}
+	r, err := e.c.Kubectl(ctx, "-n", k12NS, "exec", "k12-box", "-c", "sandbox", "--", "/probe", "http", "http://"+allowedHost+"/")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(r), "status=200") {
+		t.Errorf("sandbox pod to the allowed host: %v %s", err, r)
+	}
+	if r := e.probeIn(ctx, t, "k12-box", "http", "http://"+deniedHost+"/"); !strings.HasPrefix(r, "status=403") {
+		t.Errorf("sandbox pod to the denied host: %s, want status=403", r)
+	}
+	e.checkList(ctx, t, airlock, true)
+	out, err = airlock("sandbox", "delete", "--backend", "kubernetes", "--namespace", k12NS, "k12-box")
+	t.Logf("sandbox delete:\n%s", out)
+	if err != nil {
+		t.Fatalf("sandbox delete: %v", err)
+	}
+	for _, want := range []string{"deleting pod " + k12NS + "/k12-box", "pod " + k12NS + "/k12-box gone", "policy ConfigMap " + k12NS + "/k12-box-policy deleted", "sandbox " + k12NS + "/k12-box deleted in"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sandbox delete printed no %q", want)
+		}
+	}
+	if left, _ := e.c.Kubectl(ctx, "-n", k12NS, "get", "pod/k12-box", "configmap/k12-box-policy", "--ignore-not-found", "-o", "name"); strings.TrimSpace(left) != "" {
+		t.Errorf("after delete the cluster still has %s", left)
+	}
+	e.checkList(ctx, t, airlock, false)
+	if out, err := airlock("sandbox", "delete", "--backend", "kubernetes", "--namespace", k12NS, "k12-box"); err != nil || !strings.Contains(out, "not found (nothing to delete)") {
+		t.Errorf("deleting it again: %v %s, want success with not found", err, out)
+	}
+	// A pod sandbox create did not make is not airlock's to delete.
+	if out, err := airlock("sandbox", "delete", "--backend", "kubernetes", "--namespace", testNS, "plain"); err == nil || !strings.Contains(out, "delete it with kubectl") {
+		t.Errorf("deleting an unmanaged pod: %v %s, want refused", err, out)
+	}
+}
+
+// probeIn runs the probe in the sandbox container of a sandbox pod in k12NS.
+func (e *env) probeIn(ctx context.Context, t *testing.T, pod string, args ...string) string {
+	t.Helper()
+	out, err := e.c.Kubectl(ctx, append([]string{"-n", k12NS, "exec", pod, "-c", "sandbox", "--", "/probe"}, args...)...)
+	if err != nil {
+		t.Errorf("probe %v: %v", args, err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// checkList runs sandbox list (table and JSON) and looks for k12-box, running with its
+// sidecar ready, or absent.
+func (e *env) checkList(ctx context.Context, t *testing.T, airlock func(...string) (string, error), present bool) {
+	out, err := airlock("sandbox", "list", "--backend", "kubernetes", "--namespace", k12NS)
+	if err != nil || !strings.HasPrefix(out, "NAMESPACE") {
+		t.Fatalf("sandbox list: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "k12-box") != present {
+		t.Errorf("sandbox list (want k12-box listed: %v):\n%s", present, out)
+	}
+	js, err := airlock("sandbox", "list", "--backend", "kubernetes", "--all-namespaces", "--json")
+	if err != nil {
+		t.Fatalf("sandbox list --json: %v\n%s", err, js)
+	}
+	var list []struct{ Name, Namespace, Phase, Sidecar, Policy string }
+	if err := json.Unmarshal([]byte(js), &list); err != nil {
+		t.Fatalf("sandbox list --json: %v\n%s", err, js)
+	}
+	found := false
+	for _, s := range list {
+		if s.Name == "k12-box" && s.Namespace == k12NS {
+			found = true
+			if s.Phase != "Running" || s.Sidecar != "ready" || s.Policy != "k12-box-policy" {
+				t.Errorf("sandbox list --json shows %+v, want Running, sidecar ready, policy k12-box-policy", s)
+			}
+		}
+	}
+	if found != present {
+		t.Errorf("sandbox list --json (want k12-box listed: %v): %s", present, js)
+	}
+}
