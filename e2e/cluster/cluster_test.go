@@ -183,7 +183,10 @@ patches:
 `))
 	e.kubectl(ctx, t, "apply", "-f", filepath.Join(deploy, "namespace.yaml"))
 	e.kubectl(ctx, t, "-n", "airlock-system", "create", "secret", "tls", "airlock-webhook-tls", "--cert", certFile, "--key", keyFile)
-	e.kubectl(ctx, t, "apply", "-k", overlay)
+	// A platform team's install prints no warnings (Pod Security, deprecated fields).
+	if out := e.kubectl(ctx, t, "apply", "-k", overlay); strings.Contains(strings.ToLower(out), "warning") {
+		t.Errorf("kubectl apply -k printed warnings:\n%s", out)
+	}
 	caPEM, err := os.ReadFile(filepath.Join(dir, "test-ca.pem"))
 	if err != nil {
 		t.Fatal(err)

@@ -94,12 +94,17 @@ metadata:
   name: `+ns+`
   labels: {pod-security.kubernetes.io/enforce: privileged}
 ---
-apiVersion: v1
+`+vaultCAConfigMapFor(ns, e.vault.caPEM))
+}
+
+// vaultCAConfigMapFor is the Vault CA ConfigMap of namespace ns.
+func vaultCAConfigMapFor(ns string, caPEM []byte) string {
+	return `apiVersion: v1
 kind: ConfigMap
-metadata: {name: `+vaultCAConfigMap+`, namespace: `+ns+`}
+metadata: {name: ` + vaultCAConfigMap + `, namespace: ` + ns + `}
 data:
   ca.crt: |
-`+indent(string(e.vault.caPEM), "    "))
+` + indent(string(caPEM), "    ")
 }
 
 func indent(s, prefix string) string {
@@ -207,6 +212,16 @@ func authOf(h []http.Header) []string {
 func (e *env) checkSecretNotInPod(ctx context.Context, t *testing.T, secret string) {
 	if out := e.probe(ctx, t, k12NS, "k12-vault-agent", "find", secret); !strings.HasPrefix(out, "found=none ") || !strings.HasSuffix(out, "secrets=absent") {
 		t.Errorf("app container: %s, want found=none and no service-account token directory", out)
+	}
+	// The search itself finds what is there: the CA bundle's path in the environment, and
+	// the test Vault CA's PEM in the bundle file (system roots, then the sidecar's CA: not
+	// the Vault CA, which only the sidecar mounts).
+	if out := e.probe(ctx, t, k12NS, "k12-vault-agent", "find", "/etc/airlock/ca/ca-bundle.pem"); !strings.Contains(out, "env:SSL_CERT_FILE") {
+		t.Errorf("app container: %s, want the search to find SSL_CERT_FILE", out)
+	}
+	vaultCALine := strings.Split(strings.TrimSpace(string(e.vault.caPEM)), "\n")[1]
+	if out := e.probe(ctx, t, k12NS, "k12-vault-agent", "find", vaultCALine); !strings.HasPrefix(out, "found=none ") {
+		t.Errorf("app container holds the Vault CA: %s (only the sidecar mounts it)", out)
 	}
 	objects := e.kubectl(ctx, t, "-n", k12NS, "get", "pods,configmaps,secrets,events,serviceaccounts", "-o", "json")
 	if !strings.Contains(objects, "k12-vault-agent") {
