@@ -199,6 +199,7 @@ patches:
 	}
 	e.sandboxNamespace(ctx, t, testNS)
 	e.sandboxNamespace(ctx, t, k12NS)
+	e.checkExamplePod(ctx, t, deploy)
 	t.Logf("installed in %s", time.Since(start).Round(time.Second))
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -152,4 +153,34 @@ func (e *env) managerKubeconfig(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return file
+}
+
+// checkExamplePod has the API server admit deploy/sandbox-pod.yaml again (server-side dry
+// run, under another name: the example was created, gated, before the webhook answered, and
+// its image is never pulled here), as README's step 3 does: the webhook injects it and lifts
+// its scheduling gate.
+func (e *env) checkExamplePod(ctx context.Context, t *testing.T, deploy string) {
+	data, err := os.ReadFile(filepath.Join(deploy, "sandbox-pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.Replace(string(data), "name: agent-example", "name: k12-example", 1)
+	cmd := e.c.Command(ctx, e.c.Bins.Path("kubectl"), "create", "--dry-run=server", "-o", "json", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("admit deploy/sandbox-pod.yaml: %v", err)
+	}
+	var p struct {
+		Spec struct {
+			InitContainers  []struct{ Name string } `json:"initContainers"`
+			SchedulingGates []struct{ Name string } `json:"schedulingGates"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != "airlock" || len(p.Spec.SchedulingGates) != 0 {
+		t.Errorf("deploy/sandbox-pod.yaml admitted as init containers %v, gates %v; want the sidecar and no gate", p.Spec.InitContainers, p.Spec.SchedulingGates)
+	}
 }
