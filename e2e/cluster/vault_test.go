@@ -156,6 +156,7 @@ func (e *env) vaultSecret(ctx context.Context, t *testing.T) {
 	_, _ = rand.Read(b)
 	secret := "k12-" + hex.EncodeToString(b)
 	e.vault.srv.PutKV(t, "k12/upstream", map[string]any{"token": secret})
+	tokensBefore := e.vaultTokens(t)
 	e.apply(ctx, t, `apiVersion: v1
 kind: ConfigMap
 metadata: {name: k12-vault-policy, namespace: `+k12NS+`}
@@ -195,7 +196,25 @@ data:
 		t.Errorf("upstream saw %d requests, Authorization %q; want the Vault secret", len(seen), authOf(seen))
 	}
 	e.checkSecretNotInPod(ctx, t, secret)
+	if n := e.vaultTokens(t); n != tokensBefore+1 {
+		t.Errorf("Vault holds %d tokens with the pod running, %d before: want the sidecar's login", n, tokensBefore)
+	}
 	e.kubectl(ctx, t, "-n", k12NS, "delete", "pod", "k12-vault-agent", "--wait=true", "--timeout=2m")
+	// The kubelet stops the native sidecar last, with SIGTERM: it revokes its Vault token.
+	if n := e.vaultTokens(t); n != tokensBefore {
+		t.Errorf("Vault holds %d tokens after the pod was deleted, %d before: the sidecar did not revoke its token", n, tokensBefore)
+	}
+}
+
+// vaultTokens counts the tokens Vault holds (the root token included).
+func (e *env) vaultTokens(t *testing.T) int {
+	t.Helper()
+	out, err := e.vault.srv.Do("LIST", "auth/token/accessors", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := out["data"].(map[string]any)["keys"].([]any)
+	return len(keys)
 }
 
 func authOf(h []http.Header) []string {
