@@ -197,6 +197,9 @@ patches:
 		desc, _ := e.c.Kubectl(ctx, "-n", "airlock-system", "describe", "pods")
 		t.Fatalf("%v\n%s\n%s", err, out, desc)
 	}
+	// The webhook gives every sidecar the Vault settings, and the sidecar mounts the Vault CA
+	// ConfigMap: create every namespace that holds injected pods with sandboxNamespace (or
+	// apply vaultCAConfigMapFor there), else its pods wait in ContainerCreating.
 	e.sandboxNamespace(ctx, t, testNS)
 	e.sandboxNamespace(ctx, t, k12NS)
 	e.checkExamplePod(ctx, t, deploy)
