@@ -70,11 +70,22 @@ func netnsOf(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var own unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &own); err != nil {
+		return "", fmt.Errorf("stat own network namespace: %w", err)
+	}
 	for _, pid := range pids {
 		p := filepath.Join("/proc", strconv.Itoa(pid), "ns", "net")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			continue // exited
 		}
+		if st.Ino == own.Ino && st.Dev == own.Dev {
+			// Never bind in the agent's own namespace (a process not yet in its pod's, or a
+			// pod on the host network, where the socket would reach the whole node).
+			return "", fmt.Errorf("find pod network namespace: pid %d of %s is in the agent's own network namespace", pid, dir)
+		}
+		return p, nil
 	}
 	return "", fmt.Errorf("find pod network namespace: no process in %s: %w", dir, os.ErrNotExist)
 }

@@ -164,4 +164,3 @@ func denyEvent(ev ebpf.DenyEvent) *nodeproto.DenyEvent {
 	}
 	return out
 }
-
