@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME")
+		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|agent @SOCKET")
 		os.Exit(2)
 	}
 	var err error
@@ -40,6 +41,8 @@ func main() {
 		dial(os.Args[2])
 	case "dns":
 		err = lookup(os.Args[2])
+	case "agent":
+		agent(os.Args[2])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -93,6 +96,32 @@ func dial(addr string) {
 		fmt.Println("dial=ECONNREFUSED")
 	default:
 		fmt.Printf("dial=error err=%q\n", err.Error())
+	}
+}
+
+// agent talks to the airlock node agent's abstract socket as a sidecar would, asking it to
+// open 198.19.101.20:80 as if it were a listener, and prints whether it was let in.
+func agent(sock string) {
+	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		fmt.Printf("agent=unreachable err=%q\n", err.Error())
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	hello := `{"id":1,"op":"hello","hello":{"version":1,"listeners":[{"addr":"198.19.101.20:80","udp":false,"kind":"proxy"}],"cidrs":[],"report":false,"require_packet_guard":false}}` + "\n"
+	if _, err := io.WriteString(conn, hello); err != nil {
+		fmt.Printf("agent=closed err=%q\n", err.Error())
+		return
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	switch {
+	case err != nil:
+		fmt.Printf("agent=closed err=%q\n", err.Error())
+	case strings.Contains(line, `"error"`):
+		fmt.Printf("agent=refused reply=%q\n", strings.TrimSpace(line))
+	default:
+		fmt.Printf("agent=welcomed reply=%q\n", strings.TrimSpace(line))
 	}
 }
 
