@@ -72,8 +72,13 @@ func New(cfg Config) (*Agent, error) {
 // (pods deleted while no agent ran) are removed. It returns the upsert errors joined; a pod
 // that failed is retried at its next Upsert.
 func (a *Agent) Resync(pods []Pod) error {
+	// First, so that no sidecar's hello adopts the maps a deleted pod of the same name left.
+	removed, err := ebpf.RemoveDefunct(a.cfg.PinRoot)
+	if len(removed) > 0 {
+		a.log.WithField("sandboxes", removed).Info("removed the pins of pods deleted while no agent ran")
+	}
 	keep := map[string]bool{}
-	var errs []error
+	errs := []error{err}
 	for _, p := range pods {
 		keep[p.Sandbox()] = true
 		errs = append(errs, a.Upsert(p))
@@ -89,11 +94,7 @@ func (a *Agent) Resync(pods []Pod) error {
 	for _, name := range gone {
 		errs = append(errs, a.Delete(name))
 	}
-	removed, err := ebpf.RemoveDefunct(a.cfg.PinRoot)
-	if len(removed) > 0 {
-		a.log.WithField("sandboxes", removed).Info("removed the pins of pods deleted while no agent ran")
-	}
-	return errors.Join(append(errs, err)...)
+	return errors.Join(errs...)
 }
 
 // Upsert starts serving p, or updates it (a restarted sidecar container has a new ID and
@@ -106,9 +107,13 @@ func (a *Agent) Upsert(p Pod) error {
 	}
 	st := a.pods[p.Sandbox()]
 	if st != nil && st.pod.UID != p.UID {
-		// Another pod of the same name (the old one was deleted and a new one made).
+		// Another pod of the same name (the old one was deleted and a new one made): the old
+		// one's pins go, or the new pod would adopt its allow entries.
 		st.close()
 		st = nil
+		if err := ebpf.Remove(a.cfg.PinRoot, p.Sandbox()); err != nil {
+			return fmt.Errorf("remove pins of the previous pod %s: %w", p.Sandbox(), err)
+		}
 	}
 	if st == nil {
 		st = &podState{a: a, pod: p}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/airlock-dev/airlock/internal/privtest"
 	"github.com/airlock-dev/airlock/internal/testnet"
 )
@@ -136,7 +138,9 @@ func acceptAll(l net.Listener) {
 }
 
 func (p *pod) agent() *Agent {
-	a, err := New(Config{CgroupRoot: p.root.Path, PinRoot: testPinRoot, SocketName: p.sock})
+	log := logrus.New()
+	log.SetOutput(testWriter{p.t})
+	a, err := New(Config{CgroupRoot: p.root.Path, PinRoot: testPinRoot, SocketName: p.sock, Logger: log})
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -148,6 +152,14 @@ func (p *pod) agent() *Agent {
 func (p *pod) container(ctx context.Context, id, role string) *helper {
 	cg := p.podCg.Child(p.t, id)
 	return startHelper(p.t, ctx, cg, p.tp.Sidecar, role, p.sock)
+}
+
+// testWriter sends the agent's log lines to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 func pinDir(p Pod) string { return filepath.Join(testPinRoot, p.Namespace+"~"+p.Name) }
@@ -266,5 +278,41 @@ func (p *pod) restartAgent(ctx context.Context, t *testing.T, a *Agent, side, ap
 	}
 	if got := app.do("dial " + deniedIP + ":80"); got != "OK" {
 		t.Errorf("after Delete, app to the formerly denied address: %s, want OK (enforcement removed)", got)
+	}
+}
+
+// TestAgentNewPodOfTheSameNameStartsClosed: a pod deleted and made again under the same name
+// (another UID) must not inherit the old one's allow entries from its pins.
+func TestAgentNewPodOfTheSameNameStartsClosed(t *testing.T) {
+	p := newPod(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := p.agent()
+	side := p.container(ctx, "side1", "sidecar")
+	p.p.SidecarID = "side1"
+	if err := a.Upsert(p.p); err != nil {
+		t.Fatal(err)
+	}
+	if got := side.next(); got != "attached" {
+		t.Fatalf("sidecar: %s, want attached", got)
+	}
+	if got := side.do("allow " + allowedIP); got != "OK" {
+		t.Fatalf("allow: %s", got)
+	}
+	side.in.Close()
+
+	uid2 := p.p.UID[:len(p.p.UID)-1] + map[bool]string{true: "e", false: "f"}[strings.HasSuffix(p.p.UID, "f")]
+	p.podCg = p.root.Child(t, "kubepods-second").Child(t, "pod"+uid2)
+	side2 := p.container(ctx, "side2", "sidecar")
+	app2 := p.container(ctx, "app2", "app")
+	p.p.UID, p.p.SidecarID = uid2, "side2"
+	if err := a.Upsert(p.p); err != nil {
+		t.Fatal(err)
+	}
+	if got := side2.next(); got != "attached" {
+		t.Fatalf("second pod's sidecar: %s, want attached", got)
+	}
+	if got := app2.do("dial " + allowedIP + ":80"); got != "EPERM" {
+		t.Errorf("second pod's app to the address the first pod's sidecar allowed: %s, want EPERM", got)
 	}
 }

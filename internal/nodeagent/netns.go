@@ -70,9 +70,14 @@ func netnsOf(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var own unix.Stat_t
+	var own, host unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &own); err != nil {
 		return "", fmt.Errorf("stat own network namespace: %w", err)
+	}
+	// The node's: PID 1 of the agent's PID namespace is the node's init with hostPID. (In a
+	// test's own PID namespace it is that namespace's init; the check is then no stricter.)
+	if err := unix.Stat("/proc/1/ns/net", &host); err != nil {
+		host = own
 	}
 	for _, pid := range pids {
 		p := filepath.Join("/proc", strconv.Itoa(pid), "ns", "net")
@@ -80,10 +85,11 @@ func netnsOf(dir string) (string, error) {
 		if err := unix.Stat(p, &st); err != nil {
 			continue // exited
 		}
-		if st.Ino == own.Ino && st.Dev == own.Dev {
-			// Never bind in the agent's own namespace (a process not yet in its pod's, or a
-			// pod on the host network, where the socket would reach the whole node).
-			return "", fmt.Errorf("find pod network namespace: pid %d of %s is in the agent's own network namespace", pid, dir)
+		if (st.Ino == own.Ino && st.Dev == own.Dev) || (st.Ino == host.Ino && st.Dev == host.Dev) {
+			// Never bind in the agent's own namespace (a process not yet in its pod's) nor the
+			// node's (a hostNetwork pod, which the webhook refuses: a pod labelled after its
+			// creation skipped the webhook).
+			return "", fmt.Errorf("find pod network namespace: pid %d of %s is in the agent's or the node's network namespace", pid, dir)
 		}
 		return p, nil
 	}
