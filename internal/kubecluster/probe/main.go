@@ -15,7 +15,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,7 +30,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|agent @SOCKET")
+		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|agent @SOCKET|tunnels N HOST:PORT")
 		os.Exit(2)
 	}
 	var err error
@@ -43,6 +45,8 @@ func main() {
 		err = lookup(os.Args[2])
 	case "agent":
 		agent(os.Args[2])
+	case "tunnels":
+		err = tunnels(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -123,6 +127,55 @@ func agent(sock string) {
 	default:
 		fmt.Printf("agent=welcomed reply=%q\n", strings.TrimSpace(line))
 	}
+}
+
+// tunnels opens n CONNECT tunnels to target through the proxy the environment names
+// (HTTPS_PROXY), prints how many opened, and holds them for 20 seconds.
+func tunnels(count, target string) error {
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return fmt.Errorf("tunnel count %q: %w", count, err)
+	}
+	proxy := strings.TrimPrefix(os.Getenv("HTTPS_PROXY"), "http://")
+	var mu sync.Mutex
+	var conns []net.Conn
+	sem := make(chan struct{}, 50)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if c := openTunnel(proxy, target); c != nil {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("tunnels=%d failed=%d\n", len(conns), n-len(conns))
+	time.Sleep(20 * time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+func openTunnel(proxy, target string) net.Conn {
+	c, err := net.DialTimeout("tcp", proxy, 5*time.Second)
+	if err != nil {
+		return nil
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, " 200") {
+		c.Close()
+		return nil
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c
 }
 
 // lookup asks the pod's first nameserver for name's A record and prints the response code.
