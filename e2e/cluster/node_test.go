@@ -63,6 +63,7 @@ metadata:
 	t.Run("sidecar kill -9 keeps closed", func(t *testing.T) { e.checkSidecarKill(ctx, t) })
 	t.Run("agent restart adopts", func(t *testing.T) { e.checkAgentRestart(ctx, t) })
 	t.Run("delete leaves no pins", func(t *testing.T) { e.checkNodeDelete(ctx, t) })
+	t.Run("no agent: the app never starts", func(t *testing.T) { e.checkNoAgent(ctx, t) })
 }
 
 // restrictedPod is a probe pod that Pod Security "restricted" admits.
@@ -340,4 +341,36 @@ func (e *env) checkNodeDelete(ctx context.Context, t *testing.T) {
 	waitFor(t, "the pod's pins removed", time.Minute, func() bool {
 		return e.c.Command(ctx, "test", "-e", pins).Run() != nil
 	})
+}
+
+// checkNoAgent takes the agent off the node: a new labelled pod's app container does not
+// start (the sidecar's startup probe waits for the agent); once the agent is back, it does.
+func (e *env) checkNoAgent(ctx context.Context, t *testing.T) {
+	e.kubectl(ctx, t, "-n", "airlock-node", "patch", "daemonset", "airlock-node", "--type=merge",
+		"-p", `{"spec":{"template":{"spec":{"nodeSelector":{"airlock.test/no-such-node":"x"}}}}}`)
+	e.kubectl(ctx, t, "-n", "airlock-node", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=airlock-node", "--timeout=2m")
+	const name = "na-noagent"
+	e.apply(ctx, t, restrictedPod(naNS, name, true))
+	// A negative over a window: for 30 s the app container must not have started.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		state := e.kubectl(ctx, t, "-n", naNS, "get", "pod", name, "-o", "jsonpath={.status.containerStatuses[0].state}")
+		if strings.Contains(state, "running") || strings.Contains(state, "terminated") {
+			t.Fatalf("the app container started without a node agent: %s", state)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	logs, _ := e.c.Kubectl(ctx, "-n", naNS, "logs", name, "-c", "airlock")
+	if !strings.Contains(logs, "waiting for the node agent") {
+		t.Errorf("the sidecar's log does not say it waits for the node agent:\n%s", logs)
+	}
+	e.kubectl(ctx, t, "-n", "airlock-node", "patch", "daemonset", "airlock-node", "--type=json",
+		"-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`)
+	e.kubectl(ctx, t, "-n", "airlock-node", "rollout", "status", "daemonset/airlock-node", "--timeout=3m")
+	if err := e.c.WaitPod(ctx, naNS, name); err != nil {
+		t.Fatalf("with the agent back, the pod did not become Ready: %v", err)
+	}
+	if out := e.probe(ctx, t, naNS, name, "dial", deniedIP+":80"); out != "dial=EPERM" {
+		t.Errorf("direct connect to a denied address: %s, want dial=EPERM", out)
+	}
 }

@@ -43,7 +43,7 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 			a.log = logrus.New()
 		}
 		deadline := time.Now().Add(wait)
-		for {
+		for try := 0; ; try++ {
 			err := a.connect()
 			if err == nil {
 				break
@@ -51,7 +51,9 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 			if time.Now().After(deadline) {
 				return nil, Unavailable(fmt.Errorf("node agent on %s: %w (is the airlock-node DaemonSet running on this node?)", name, err))
 			}
-			a.log.WithField("error", oneLine(err)).Info("waiting for the node agent to confirm kernel enforcement")
+			if try%20 == 0 { // every 10 s
+				a.log.WithField("error", oneLine(err)).Info("waiting for the node agent to confirm kernel enforcement")
+			}
 			time.Sleep(500 * time.Millisecond)
 		}
 		return a, nil
