@@ -56,6 +56,12 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
+		if spec.Registerer != nil {
+			if err := spec.Registerer.Register(newAgentCollector(a, spec.Sandbox)); err != nil {
+				a.Close()
+				return nil, fmt.Errorf("register kernel metrics: %w", err)
+			}
+		}
 		return a, nil
 	}
 }
