@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 		runCommands(nil, os.Getenv(envSocket))
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // out serialises the helper's output lines.
