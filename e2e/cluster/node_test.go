@@ -248,11 +248,17 @@ func (e *env) checkEndpointsPrivate(ctx context.Context, t *testing.T) {
 func (e *env) sidecarPIDs(t *testing.T, p fullPod) []int {
 	t.Helper()
 	id, _ := p.sidecarID()
+	return e.containerPIDs(t, p.Metadata.UID, id)
+}
+
+// containerPIDs finds the processes of a pod's container on the node, by its cgroup.
+func (e *env) containerPIDs(t *testing.T, uid, containerID string) []int {
+	t.Helper()
 	root, err := nodeagent.V2Root("/sys/fs/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := nodeagent.FindCgroups(filepath.Join(root, e.c.CgroupRoot), p.Metadata.UID, id)
+	cg, err := nodeagent.FindCgroups(filepath.Join(root, e.c.CgroupRoot), uid, containerID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +273,7 @@ func (e *env) sidecarPIDs(t *testing.T, p fullPod) []int {
 		}
 	}
 	if len(pids) == 0 {
-		t.Fatalf("no process in the sidecar's cgroup %s", cg.Sidecar)
+		t.Fatalf("no process in the container's cgroup %s", cg.Sidecar)
 	}
 	return pids
 }
@@ -308,27 +314,57 @@ func (e *env) checkSidecarKill(ctx context.Context, t *testing.T) {
 	}
 }
 
+// checkAgentRestart kills the agent (-9: the kubelet restarts its container), then deletes
+// its pod (the DaemonSet makes another): each time the pod stays closed meanwhile, and the
+// new agent adopts the pod's pins.
 func (e *env) checkAgentRestart(ctx context.Context, t *testing.T) {
-	e.kubectl(ctx, t, "-n", "airlock-node", "delete", "pod", "-l", "app.kubernetes.io/name=airlock-node", "--wait=true", "--timeout=2m")
+	const sel = "app.kubernetes.io/name=airlock-node"
+	info := strings.Fields(e.kubectl(ctx, t, "-n", "airlock-node", "get", "pod", "-l", sel, "-o",
+		"jsonpath={.items[0].metadata.uid} {.items[0].status.containerStatuses[0].containerID} {.items[0].status.containerStatuses[0].restartCount}"))
+	if len(info) != 3 {
+		t.Fatalf("agent pod: %v", info)
+	}
+	_, id, _ := strings.Cut(info[1], "://")
+	for _, pid := range e.containerPIDs(t, info[0], id) {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := e.probe(ctx, t, naNS, naPod, "dial", deniedIP+":80"); out != "dial=EPERM" {
+		t.Errorf("agent killed: direct connect to a denied address: %s, want dial=EPERM", out)
+	}
+	waitFor(t, "the agent container restarted", 2*time.Minute, func() bool {
+		out, _ := e.c.Kubectl(ctx, "-n", "airlock-node", "get", "pod", "-l", sel, "-o", "jsonpath={.items[0].status.containerStatuses[0].restartCount}")
+		return strings.TrimSpace(out) != info[2] && strings.TrimSpace(out) != ""
+	})
+	e.checkAgentBack(ctx, t, "after kill -9")
+
+	e.kubectl(ctx, t, "-n", "airlock-node", "delete", "pod", "-l", sel, "--wait=true", "--timeout=2m")
 	if out := e.probe(ctx, t, naNS, naPod, "dial", deniedIP+":80"); out != "dial=EPERM" {
 		t.Errorf("agent gone: direct connect to a denied address: %s, want dial=EPERM", out)
 	}
 	e.kubectl(ctx, t, "-n", "airlock-node", "rollout", "status", "daemonset/airlock-node", "--timeout=3m")
+	e.checkAgentBack(ctx, t, "after the pod's deletion")
+}
+
+// checkAgentBack waits for the sidecar to be served by the new agent and checks it adopted
+// the pod's pins.
+func (e *env) checkAgentBack(ctx context.Context, t *testing.T, when string) {
 	// The sidecar redials; DNS answers (which need the agent to open their addresses) come
 	// back once it has.
-	waitFor(t, "the sidecar back with the new agent", 2*time.Minute, func() bool {
+	waitFor(t, "the sidecar back with the new agent "+when, 2*time.Minute, func() bool {
 		out, _ := e.c.Kubectl(ctx, "-n", naNS, "exec", naPod, "-c", "app", "--", "/probe", "dns", allowedHost)
 		return strings.HasPrefix(strings.TrimSpace(out), "rcode=Success")
 	})
 	if out := e.probe(ctx, t, naNS, naPod, "dial", allowedIP+":80"); out != "dial=ok" {
-		t.Errorf("after the agent restart, direct connect to a resolved allowed address: %s, want dial=ok", out)
+		t.Errorf("%s, direct connect to a resolved allowed address: %s, want dial=ok", when, out)
 	}
 	if out := e.probe(ctx, t, naNS, naPod, "dial", deniedIP+":80"); out != "dial=EPERM" {
-		t.Errorf("after the agent restart, direct connect to a denied address: %s, want dial=EPERM", out)
+		t.Errorf("%s, direct connect to a denied address: %s, want dial=EPERM", when, out)
 	}
 	logs := e.kubectl(ctx, t, "-n", "airlock-node", "logs", "daemonset/airlock-node")
 	if !strings.Contains(logs, `"adopted":true`) {
-		t.Errorf("the new agent did not adopt the pod's pins:\n%s", logs)
+		t.Errorf("%s, the new agent did not adopt the pod's pins:\n%s", when, logs)
 	}
 }
 
