@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -23,6 +24,10 @@ type podState struct {
 	ln     net.Listener
 	enf    *ebpf.Enforcer
 	closed bool
+
+	// lastRefusal is when a refused caller was last logged (accept's goroutine only): an app
+	// container hammering the socket does not flood the agent's log.
+	lastRefusal time.Time
 
 	// smu guards sess. It is apart from mu because the enforcer's event goroutine takes it
 	// (deny), and closing the enforcer under mu waits for that goroutine.
@@ -92,7 +97,10 @@ func (st *podState) accept(ln net.Listener) {
 			return
 		}
 		if err := checkPeer(c.(*net.UnixConn), dir); err != nil {
-			st.logger().WithError(err).Warn("refused a caller on the pod's agent socket")
+			if time.Since(st.lastRefusal) > 10*time.Second {
+				st.lastRefusal = time.Now()
+				st.logger().WithError(err).Warn("refused a caller on the pod's agent socket (logged at most every 10 s)")
+			}
 			_ = nodeproto.NewConn(c).Write(nodeproto.Reply{Error: err.Error()})
 			c.Close()
 			continue
