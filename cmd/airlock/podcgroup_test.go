@@ -16,7 +16,7 @@ func TestPodFlagsValidate(t *testing.T) {
 		{[]string{"--pod-cgroup", "--cgroup", "/sys/fs/cgroup/x"}, "mutually exclusive"},
 		{[]string{"--cgroup-root", "/host/sys/fs/cgroup"}, "only with --pod-cgroup"},
 		{[]string{"--environment", "production"}, "--node-agent in a Kubernetes pod"},
-		{[]string{"--node-agent", "--environment", "production"}, "--transparent-addr off"},
+		{[]string{"--node-agent", "--environment", "production"}, ""},
 		{[]string{"--node-agent", "--transparent-addr", "off", "--environment", "production"}, ""},
 		{[]string{"--node-agent", "--transparent-addr", "off", "--pod-cgroup"}, "exclusive"},
 	} {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ type helper struct {
 	in    io.WriteCloser
 	lines chan string
 	denyC chan string
+	origC chan string
 }
 
 func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *testnet.Netns, role, sock string) *helper {
@@ -52,12 +54,14 @@ func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *test
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &helper{t: t, in: in, lines: make(chan string, 16), denyC: make(chan string, 64)}
+	h := &helper{t: t, in: in, lines: make(chan string, 16), denyC: make(chan string, 64), origC: make(chan string, 16)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if d, ok := strings.CutPrefix(sc.Text(), "D "); ok {
 				h.denyC <- d
+			} else if o, ok := strings.CutPrefix(sc.Text(), "O "); ok {
+				h.origC <- o
 			} else {
 				h.lines <- strings.TrimPrefix(sc.Text(), "R ")
 			}
@@ -314,5 +318,40 @@ func TestAgentNewPodOfTheSameNameStartsClosed(t *testing.T) {
 	}
 	if got := app2.do("dial " + allowedIP + ":80"); got != "EPERM" {
 		t.Errorf("second pod's app to the address the first pod's sidecar allowed: %s, want EPERM", got)
+	}
+}
+
+// TestAgentTransparentMode: the programs redirect the app's connections to a transparent
+// port to the sidecar's listener, and the sidecar learns the original destination from the
+// agent.
+func TestAgentTransparentMode(t *testing.T) {
+	p := newPod(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := p.agent()
+	side := p.container(ctx, "side1", "sidecar-transparent")
+	app := p.container(ctx, "app1", "app")
+	p.p.SidecarID = "side1"
+	if err := a.Upsert(p.p); err != nil {
+		t.Fatal(err)
+	}
+	if got := side.next(); got != "attached" {
+		t.Fatalf("sidecar: %s, want attached", got)
+	}
+	// Nothing listens on the upstream's 8080: only the redirection makes this connect work.
+	target := deniedIP + ":" + strconv.Itoa(transparentPort)
+	if got := app.do("dial " + target); got != "OK" {
+		t.Fatalf("app to a transparent port: %s, want OK (redirected to the sidecar)", got)
+	}
+	select {
+	case o := <-side.origC:
+		if o != target {
+			t.Errorf("original destination %s, want %s", o, target)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the transparent listener got no connection")
+	}
+	if got := app.do("dial " + deniedIP + ":80"); got != "EPERM" {
+		t.Errorf("app to a port that is not redirected: %s, want EPERM", got)
 	}
 }

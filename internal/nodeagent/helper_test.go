@@ -33,7 +33,10 @@ const (
 func TestMain(m *testing.M) {
 	switch os.Getenv(envHelper) {
 	case "sidecar":
-		runSidecarHelper(os.Getenv(envSocket))
+		runSidecarHelper(os.Getenv(envSocket), false)
+		os.Exit(0)
+	case "sidecar-transparent":
+		runSidecarHelper(os.Getenv(envSocket), true)
 		os.Exit(0)
 	case "app":
 		runCommands(nil, os.Getenv(envSocket))
@@ -51,7 +54,13 @@ func printer() {
 	}
 }
 
-func runSidecarHelper(sock string) {
+// transparentAddr is the transparent listener of the "sidecar-transparent" helper; it
+// redirects transparentPort.
+var transparentAddr = netip.MustParseAddrPort("127.0.0.1:15001")
+
+const transparentPort = 8080
+
+func runSidecarHelper(sock string, transparent bool) {
 	go printer()
 	out <- "R started"
 	log := logrus.New()
@@ -62,14 +71,44 @@ func runSidecarHelper(sock string) {
 		OnDeny:    func(ev audit.Event) { out <- "D " + ev.Destination },
 		Logger:    log,
 	}
+	var ln net.Listener
+	if transparent {
+		var err error
+		if ln, err = net.Listen("tcp", transparentAddr.String()); err != nil {
+			out <- "R ERR " + err.Error()
+			return
+		}
+		spec.Transparent = &sidecar.KernelTransparent{Addr4: transparentAddr, Ports: []uint16{transparentPort}}
+		spec.Listeners = append(spec.Listeners, sidecar.KernelListener{Addr: transparentAddr, Kind: sidecar.ListenerTransparent})
+	}
 	enf, err := sidecar.AttachNodeAgent(sock, 20*time.Second)(spec)
 	if err != nil {
 		out <- "R ERR " + strings.ReplaceAll(err.Error(), "\n", " ")
 		time.Sleep(100 * time.Millisecond)
 		return
 	}
+	if ln != nil {
+		go serveTransparent(ln, enf)
+	}
 	out <- "R attached"
 	runCommands(enf, sock)
+}
+
+// serveTransparent reports the original destination of every redirected connection ("O").
+func serveTransparent(ln net.Listener, enf sidecar.Enforcer) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		dst, err := enf.OriginalDst(c)
+		if err != nil {
+			out <- "O ERR " + err.Error()
+		} else {
+			out <- "O " + dst.String()
+		}
+		c.Close()
+	}
 }
 
 // runCommands answers: "dial ADDR" (a TCP connect), "agent" (talk to the agent's socket as

@@ -104,6 +104,13 @@ func (s *session) handle(req nodeproto.Request) nodeproto.Reply {
 		}
 	case nodeproto.OpReport:
 		err = enf.SetReport(req.Report)
+	case nodeproto.OpOrigDst:
+		var peer, dst netip.AddrPort
+		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {
+			if dst, err = enf.OriginalDstOf(peer); err == nil {
+				out.OrigDst = dst.String()
+			}
+		}
 	case nodeproto.OpCounters:
 		var c ebpf.Counters
 		if c, err = enf.Counters(); err == nil {
@@ -122,7 +129,8 @@ func (s *session) handle(req nodeproto.Request) nodeproto.Reply {
 // cgroups and names, which the agent decides).
 func ebpfConfig(h *nodeproto.Hello) (ebpf.Config, error) {
 	cfg := ebpf.Config{Report: h.Report, RequireAll: h.RequirePacketGuard}
-	kinds := map[string]ebpf.ListenerKind{"proxy": ebpf.ListenerProxy, "dns": ebpf.ListenerDNS, "llm": ebpf.ListenerLLM}
+	kinds := map[string]ebpf.ListenerKind{"proxy": ebpf.ListenerProxy, "transparent": ebpf.ListenerTransparent,
+		"dns": ebpf.ListenerDNS, "llm": ebpf.ListenerLLM}
 	for _, l := range h.Listeners {
 		ap, err := netip.ParseAddrPort(l.Addr)
 		if err != nil {
@@ -130,13 +138,20 @@ func ebpfConfig(h *nodeproto.Hello) (ebpf.Config, error) {
 		}
 		kind, ok := kinds[l.Kind]
 		if !ok {
-			return cfg, fmt.Errorf("listener %s: kind %q (transparent mode is not available with the node agent)", l.Addr, l.Kind)
+			return cfg, fmt.Errorf("listener %s: unknown kind %q", l.Addr, l.Kind)
 		}
 		proto := ebpf.TCP
 		if l.UDP {
 			proto = ebpf.UDP
 		}
 		cfg.Listeners = append(cfg.Listeners, ebpf.Listener{Addr: ap, Proto: proto, Kind: kind})
+	}
+	if t := h.Transparent; t != nil {
+		ap, err := netip.ParseAddrPort(t.Addr4)
+		if err != nil {
+			return cfg, fmt.Errorf("transparent listener %q: %w", t.Addr4, err)
+		}
+		cfg.Transparent = &ebpf.Transparent{Addr4: ap, Ports: t.Ports}
 	}
 	rules, err := ebpfCIDRs(h.CIDRs)
 	cfg.CIDRs = rules

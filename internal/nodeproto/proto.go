@@ -41,6 +41,7 @@ const (
 	OpCIDRs    = "cidrs"    // replace the CIDR rules with CIDRs
 	OpReport   = "report"   // report mode on or off
 	OpCounters = "counters" // read the pod's kernel counters
+	OpOrigDst  = "origdst"  // where the redirected connection from the peer Addr was going
 )
 
 // ErrVersion is the error text an agent answers a hello of another version with.
@@ -67,13 +68,21 @@ type Hello struct {
 	Report    bool       `json:"report"`
 	// RequirePacketGuard makes the attach fail when packet sockets cannot be refused.
 	RequirePacketGuard bool `json:"require_packet_guard"`
+	// Transparent, when set, redirects TCP connections to Ports to the listener Addr4.
+	Transparent *Transparent `json:"transparent,omitempty"`
+}
+
+// Transparent is transparent mode: TCP connections to Ports go to the listener Addr4.
+type Transparent struct {
+	Addr4 string   `json:"addr4"` // ip:port
+	Ports []uint16 `json:"ports"`
 }
 
 // Listener is one of the sidecar's listeners the pod's containers may reach.
 type Listener struct {
 	Addr string `json:"addr"` // ip:port
 	UDP  bool   `json:"udp"`
-	Kind string `json:"kind"` // proxy, dns, llm
+	Kind string `json:"kind"` // proxy, transparent, dns, llm
 }
 
 // CIDR is one of the policy's address ranges.
@@ -91,6 +100,8 @@ type Reply struct {
 	Welcome  *Welcome   `json:"welcome,omitempty"`
 	Counters *Counters  `json:"counters,omitempty"`
 	Deny     *DenyEvent `json:"deny,omitempty"`
+	// OrigDst answers OpOrigDst: the original destination, ip:port.
+	OrigDst string `json:"orig_dst,omitempty"`
 }
 
 // Welcome answers a hello: enforcement is attached to the pod's cgroup.

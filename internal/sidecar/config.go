@@ -45,8 +45,7 @@ type Config struct {
 	CgroupRoot string
 	// NodeAgent is Kubernetes pod mode with the node agent (--node-agent): kernel enforcement
 	// on the pod's cgroup is held by `airlock node`, reached over its abstract socket in the
-	// pod's network namespace; the sidecar needs no privilege. Not with Cgroup, PodCgroup or a
-	// transparent listener.
+	// pod's network namespace; the sidecar needs no privilege. Not with Cgroup or PodCgroup.
 	NodeAgent bool
 	// NodeAgentWait is how long the start waits for the node agent to confirm enforcement
 	// (--node-agent-wait); zero means DefaultNodeAgentWait.
@@ -187,8 +186,6 @@ func (c *Config) validateKernel() error {
 		return errors.New("--cgroup-root is used only with --pod-cgroup")
 	case c.NodeAgent && (c.PodCgroup || c.Cgroup != ""):
 		return errors.New("--node-agent is exclusive with --cgroup and --pod-cgroup: the node agent finds the pod's cgroup")
-	case c.NodeAgent && c.TransparentAddr != Off:
-		return errors.New("--node-agent: transparent mode is not available with the node agent; set --transparent-addr off (apps use the explicit proxy)")
 	case c.NodeAgentWait < 0:
 		return errors.New("--node-agent-wait must not be negative")
 	}

@@ -25,6 +25,8 @@ const agentCallTimeout = 5 * time.Second
 // AttachNodeAgent returns the AttachFunc of `--node-agent`: kernel enforcement held by the
 // node agent (`airlock node`), reached over the abstract unix socket name in the pod's
 // network namespace (empty: nodeproto.SocketName). The sidecar needs no privilege for it.
+// Transparent mode works through it too: each accepted connection's original destination is
+// one request to the agent.
 // Attaching waits up to wait for the agent to confirm enforcement of the pod, then returns
 // an error wrapping ErrKernelUnavailable (production then refuses to start, so the pod
 // never starts on a node without the agent). After the start a lost agent is redialled in
@@ -34,9 +36,6 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 		name = nodeproto.SocketName
 	}
 	return func(spec KernelSpec) (Enforcer, error) {
-		if spec.Transparent != nil {
-			return nil, errors.New("kernel enforcement: transparent mode is not available with the node agent (--transparent-addr off)")
-		}
 		a := &agentEnforcer{name: name, onDeny: spec.OnDeny, log: spec.Logger, done: make(chan struct{}),
 			hello: helloOf(spec)}
 		if a.log == nil {
@@ -72,6 +71,9 @@ func helloOf(spec KernelSpec) nodeproto.Hello {
 		RequirePacketGuard: spec.RequirePacketGuard}
 	for _, l := range spec.Listeners {
 		h.Listeners = append(h.Listeners, nodeproto.Listener{Addr: l.Addr.String(), UDP: l.UDP, Kind: string(l.Kind)})
+	}
+	if t := spec.Transparent; t != nil {
+		h.Transparent = &nodeproto.Transparent{Addr4: t.Addr4.String(), Ports: t.Ports}
 	}
 	return h
 }

@@ -163,9 +163,17 @@ func (a *agentEnforcer) SetReport(report bool) error {
 	return err
 }
 
-// OriginalDst implements Enforcer: transparent mode is not available with the node agent.
-func (a *agentEnforcer) OriginalDst(net.Conn) (netip.AddrPort, error) {
-	return netip.AddrPort{}, errors.New("transparent mode is not available with the node agent")
+// OriginalDst implements Enforcer: the agent looks the connection up by its peer address.
+func (a *agentEnforcer) OriginalDst(c net.Conn) (netip.AddrPort, error) {
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("original destination of %v: not a TCP connection", c.RemoteAddr())
+	}
+	r, err := a.do(nodeproto.Request{Op: nodeproto.OpOrigDst, Addr: ta.AddrPort().String()})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.ParseAddrPort(r.OrigDst)
 }
 
 // Counters implements Enforcer.

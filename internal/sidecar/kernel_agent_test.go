@@ -183,10 +183,4 @@ func TestNodeAgentClientFailsClosed(t *testing.T) {
 			t.Errorf("got %v, want kernel enforcement unavailable", err)
 		}
 	})
-	t.Run("transparent mode", func(t *testing.T) {
-		_, err := AttachNodeAgent("@x", 0)(KernelSpec{Transparent: &KernelTransparent{}})
-		if err == nil || errors.Is(err, ErrKernelUnavailable) {
-			t.Errorf("got %v, want a configuration error", err)
-		}
-	})
 }

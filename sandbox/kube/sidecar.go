@@ -17,8 +17,8 @@ func (o *Options) sidecarArgs(environment, policyKey string) []string {
 		"run",
 		"--policy", path.Join(policyDir, policyKey),
 		"--proxy-addr", loop(o.ProxyPort),
-		// Transparent mode needs original-destination lookups in the kernel's maps, which the
-		// node agent does not serve: pods use the explicit proxy (the forced HTTP(S)_PROXY).
+		// No transparent mode: an app that ignores the forced HTTP(S)_PROXY gets EPERM from
+		// the kernel for a direct connect instead of being redirected.
 		"--transparent-addr", "off",
 		// Port 53 without a capability: the pod's net.ipv4.ip_unprivileged_port_start sysctl.
 		"--dns-addr", "127.0.0.1:53",
