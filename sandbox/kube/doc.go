@@ -4,9 +4,10 @@
 //
 // It owns the pod mutation (Options, Mutate), the admission.k8s.io/v1 HTTP handler
 // (NewHandler), the webhook's TLS certificate reloading (CertReloader) and pod creation
-// (CreatePod). It does not enforce anything itself: the injected sidecar (airlock run) does,
-// with --pod-cgroup attaching kernel enforcement to the pod's cgroup. It imports policy (to
-// validate a policy before it goes into a ConfigMap) and the Kubernetes client libraries,
-// which live only here. cmd/airlock wires it to the "webhook" and "sandbox create --backend
-// kubernetes" commands; nothing else imports it.
+// (CreatePod), and the node agent's watch of its node's labelled pods (WatchNodePods). It does
+// not enforce anything itself: the injected, unprivileged sidecar (airlock run --node-agent)
+// and the node agent (airlock node, internal/nodeagent) do. It imports policy (to validate a
+// policy before it goes into a ConfigMap) and the Kubernetes client libraries, which live
+// only here. cmd/airlock wires it to the "webhook", "sandbox create --backend kubernetes" and
+// "node" commands; nothing else imports it.
 package kube
