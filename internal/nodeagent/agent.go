@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/ebpf"
 	"github.com/airlock-dev/airlock/internal/nodeproto"
@@ -152,11 +152,16 @@ func (a *Agent) Close() error {
 	return nil
 }
 
-// listen binds the agent's socket in the network namespace of the cgroup's processes.
-func (a *Agent) listen(cg Cgroups) (net.Listener, error) {
+// podNetns returns the path and the inode of the network namespace of the cgroup's
+// processes.
+func podNetns(cg Cgroups) (string, uint64, error) {
 	ns, err := netnsOf(cg.Sidecar)
 	if err != nil {
-		return nil, err
+		return "", 0, err
 	}
-	return listenInNetns(ns, a.cfg.SocketName)
+	var st unix.Stat_t
+	if err := unix.Stat(ns, &st); err != nil {
+		return "", 0, fmt.Errorf("stat pod network namespace: %w", err)
+	}
+	return ns, st.Ino, nil
 }

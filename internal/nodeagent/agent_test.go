@@ -355,3 +355,35 @@ func TestAgentTransparentMode(t *testing.T) {
 		t.Errorf("app to a port that is not redirected: %s, want EPERM", got)
 	}
 }
+
+// TestAgentFollowsANewPodSandbox: when the pod's sandbox is recreated (every container
+// restarts in a new network namespace), the agent binds its socket in the new namespace.
+func TestAgentFollowsANewPodSandbox(t *testing.T) {
+	p := newPod(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := p.agent()
+	side := p.container(ctx, "side1", "sidecar")
+	p.p.SidecarID = "side1"
+	if err := a.Upsert(p.p); err != nil {
+		t.Fatal(err)
+	}
+	if got := side.next(); got != "attached" {
+		t.Fatalf("sidecar: %s, want attached", got)
+	}
+	side.in.Close()
+
+	p.tp = testnet.NewTopology(t) // the new sandbox's network namespace
+	side2 := p.container(ctx, "side2", "sidecar")
+	app2 := p.container(ctx, "app2", "app")
+	p.p.SidecarID = "side2"
+	if err := a.Upsert(p.p); err != nil {
+		t.Fatal(err)
+	}
+	if got := side2.next(); got != "attached" {
+		t.Fatalf("sidecar in the new sandbox: %s, want attached", got)
+	}
+	if got := app2.do("dial 198.18.0.99:80"); got != "EPERM" {
+		t.Errorf("app in the new sandbox to an address never allowed: %s, want EPERM", got)
+	}
+}

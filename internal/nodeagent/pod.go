@@ -17,11 +17,12 @@ import (
 type podState struct {
 	a *Agent
 
-	// mu guards pod, cg, ln, enf and closed.
+	// mu guards pod, cg, ln, nsIno, enf and closed.
 	mu     sync.Mutex
 	pod    Pod
 	cg     Cgroups
 	ln     net.Listener
+	nsIno  uint64 // the network namespace ln is bound in
 	enf    *ebpf.Enforcer
 	closed bool
 
@@ -66,15 +67,34 @@ func (st *podState) update(p Pod) error {
 	}
 	st.pod, st.cg = p, cg
 	st.setSession(nil) // the old sidecar container's
-	if st.ln == nil {
-		ln, err := st.a.listen(cg)
-		if err != nil {
-			return err
-		}
-		st.ln = ln
-		go st.accept(ln)
+	if err := st.bind(); err != nil {
+		return err
 	}
 	st.logger().WithFields(logrus.Fields{"pod_cgroup": cg.Pod, "sidecar_cgroup": cg.Sidecar}).Info("serving the pod's sidecar")
+	return nil
+}
+
+// bind binds the pod's socket in the network namespace of its sidecar's processes, unless it
+// is bound there already: a new pod sandbox (all containers restarted) has a new namespace,
+// and the socket in the old one would be out of the new sidecar's reach.
+func (st *podState) bind() error {
+	ns, ino, err := podNetns(st.cg)
+	if err != nil {
+		return err
+	}
+	if st.ln != nil && ino == st.nsIno {
+		return nil
+	}
+	if st.ln != nil {
+		st.ln.Close()
+		st.ln = nil
+	}
+	ln, err := listenInNetns(ns, st.a.cfg.SocketName)
+	if err != nil {
+		return err
+	}
+	st.ln, st.nsIno = ln, ino
+	go st.accept(ln)
 	return nil
 }
 
