@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/kubecluster"
 	"github.com/airlock-dev/airlock/internal/nodeagent"
 	"github.com/airlock-dev/airlock/internal/nodeproto"
+	"github.com/airlock-dev/airlock/internal/testnet"
 )
 
 // The node agent's tests use names of their own (prefix na-): pins live in a bpffs that
@@ -64,6 +65,37 @@ metadata:
 	t.Run("agent restart adopts", func(t *testing.T) { e.checkAgentRestart(ctx, t) })
 	t.Run("delete leaves no pins", func(t *testing.T) { e.checkNodeDelete(ctx, t) })
 	t.Run("no agent: the app never starts", func(t *testing.T) { e.checkNoAgent(ctx, t) })
+	t.Run("sandbox create in a restricted namespace", func(t *testing.T) { e.checkSandboxCreateRestricted(ctx, t) })
+}
+
+// checkSandboxCreateRestricted: `airlock sandbox create --backend kubernetes` makes a pod
+// that the restricted namespace admits, and it is enforced like any labelled pod.
+func (e *env) checkSandboxCreateRestricted(ctx context.Context, t *testing.T) {
+	bin, err := testnet.BuildAirlock(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	writeFile(t, policy, []byte("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: sandbox}\nspec:\n  mode: enforce\n  egress:\n    - name: allowed\n      hosts: [\""+allowedHost+"\"]\n      ports: [80]\n"))
+	out, err := e.c.Command(ctx, bin, "sandbox", "create", "na-sbx", "--backend", "kubernetes", "--namespace", naNS,
+		"--image", kubecluster.ProbeImage, "--policy", policy).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sandbox create: %v\n%s", err, out)
+	}
+	if err := e.c.WaitPod(ctx, naNS, "na-sbx"); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(args ...string) string {
+		r, _ := e.c.Kubectl(ctx, append([]string{"-n", naNS, "exec", "na-sbx", "-c", "sandbox", "--", "/probe"}, args...)...)
+		return strings.TrimSpace(r)
+	}
+	if r := exec("http", "http://"+allowedHost+"/"); !strings.HasPrefix(r, "status=200") {
+		t.Errorf("sandbox pod to the allowed host: %s, want status=200", r)
+	}
+	if r := exec("dial", deniedIP+":80"); r != "dial=EPERM" {
+		t.Errorf("sandbox pod, direct connect to a denied address: %s, want dial=EPERM", r)
+	}
+	e.kubectl(ctx, t, "-n", naNS, "delete", "pod", "na-sbx", "--wait=true", "--timeout=2m")
 }
 
 // restrictedPod is a probe pod that Pod Security "restricted" admits.
