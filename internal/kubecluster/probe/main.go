@@ -114,11 +114,13 @@ func agent(sock string) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	hello := `{"id":1,"op":"hello","hello":{"version":1,"listeners":[{"addr":"198.19.101.20:80","udp":false,"kind":"proxy"}],"cidrs":[],"report":false,"require_packet_guard":false}}` + "\n"
-	if _, err := io.WriteString(conn, hello); err != nil {
-		fmt.Printf("agent=closed err=%q\n", err.Error())
-		return
-	}
+	// The agent may refuse (answer and close) before the hello is written: the write then
+	// fails, and its answer is still there to read.
+	_, werr := io.WriteString(conn, hello)
 	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil && werr != nil {
+		err = werr
+	}
 	switch {
 	case err != nil:
 		fmt.Printf("agent=closed err=%q\n", err.Error())
