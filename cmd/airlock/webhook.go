@@ -25,7 +25,8 @@ labelled airlock.dev/inject: "true" (POST /mutate, admission.k8s.io/v1; GET /hea
 An injected pod gets: the sidecar as a native sidecar (an init container with restartPolicy
 Always, started and probed before the app containers) running "airlock run" with the policy
 from the ConfigMap named by the pod's airlock.dev/policy annotation (key airlock.dev/policy-key,
-default policy.yaml), kernel enforcement attached to the pod's cgroup (--pod-cgroup), the CA
+default policy.yaml) running without privilege, kernel enforcement held by the node agent
+(--node-agent; airlock node, a DaemonSet), the CA
 bundle in a shared read-only volume, the proxy and CA environment in every app container, and
 the pod's DNS pointed at the sidecar's DNS filter. A labelled pod without a policy annotation is
 refused unless --default-policy-configmap is set. Pods in --namespace are never injected.

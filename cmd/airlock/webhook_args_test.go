@@ -54,8 +54,8 @@ func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("airlock run refuses the injected arguments: %v", err)
 	}
-	if !cfg.PodCgroup || cfg.CgroupRoot != "/host/sys/fs/cgroup" || cfg.CABundleOut != kube.CABundle ||
-		cfg.Sandbox != "team-a.agent-1" || cfg.Environment != "production" || cfg.AdminAddr != "[10.1.2.3]:9090" {
+	if !cfg.NodeAgent || cfg.PodCgroup || cfg.TransparentAddr != "off" || cfg.CABundleOut != kube.CABundle ||
+		cfg.Sandbox != "team-a.agent-1" || cfg.Environment != "production" || cfg.AdminAddr != "127.0.0.1:9090" {
 		t.Errorf("parsed run config %+v", cfg)
 	}
 	if v := cfg.Vault; v.Addr != "https://vault.test:8200" || v.Auth != "kubernetes" || v.K8sRole != "agents" || v.K8sMount != "kubernetes" ||

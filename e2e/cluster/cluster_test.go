@@ -33,14 +33,10 @@ const (
 	testNS      = "agents"
 )
 
-// kernelEnforced says whether the sidecar's kernel enforcement holds on this cluster. Not
-// yet: the pin directory's name is fixed (ebpf.PinDirName: bpffs refuses names with a '.',
-// and a pod's sandbox is NAMESPACE.POD), and a production sidecar starts and pins, but on
-// this hybrid-cgroup node a direct connect to a denied address from the app container still
-// succeeds, and the pins stay after the pod is deleted (only the next pod-mode sidecar's
-// RemoveDefunct removes them): both are open. Until then the webhook runs the sidecars in
-// development and the kernel checks (EPERM, pins) are skipped.
-const kernelEnforced = false
+// kernelEnforced says whether the sidecar's kernel enforcement holds on this cluster: the
+// node agent (airlock node, installed by deploy/) holds it for the unprivileged sidecars, so
+// the webhook injects production sidecars and the kernel checks (EPERM, pins) run.
+const kernelEnforced = true
 
 var webhookEnvironment = map[bool]string{true: "production", false: "development"}[kernelEnforced]
 
@@ -385,7 +381,8 @@ func (e *env) checkPolicyUpdate(ctx context.Context, t *testing.T) {
 
 // checkDeleteLeavesNothing deletes the pod and looks for its pins and cgroups on the node.
 func (e *env) checkDeleteLeavesNothing(ctx context.Context, t *testing.T, p pod) {
-	pins := "/sys/fs/bpf/airlock/" + testNS + ".agent"
+	pins := "/sys/fs/bpf/airlock/" + testNS + "~agent" // ebpf.PinDirName: bpffs refuses '.'
+
 	if out, err := e.c.Command(ctx, "ls", pins).CombinedOutput(); err != nil && kernelEnforced {
 		t.Errorf("no pins at %s while the pod runs (%v: %s): the check below would prove nothing", pins, err, out)
 	}

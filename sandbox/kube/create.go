@@ -153,7 +153,7 @@ func (o *CreateOptions) pod() *corev1.Pod {
 		annotations[AnnotationEnvironment] = o.Environment
 	}
 	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name}
-	noToken := false
+	noToken, noEscalation := false, false
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        o.Name,
@@ -168,11 +168,33 @@ func (o *CreateOptions) pod() *corev1.Pod {
 			// Removed by the webhook when it injects the sidecar: without the webhook the
 			// pod never runs.
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: SchedulingGate}},
+			SecurityContext: sandboxPodSecurity(),
 			Containers: []corev1.Container{{
 				Name:    "sandbox",
 				Image:   o.Image,
 				Command: o.Command,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &noEscalation,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
 			}},
 		},
+	}
+}
+
+// sandboxUID is the user a sandbox pod runs as: not root, whatever the image says.
+const sandboxUID = 65532
+
+// sandboxPodSecurity is the sandbox pod's securityContext: what Pod Security "restricted"
+// asks (sandbox namespaces enforce it, the injected sidecar fits it), with a fixed non-root
+// user so that images whose default user is root still run.
+func sandboxPodSecurity() *corev1.PodSecurityContext {
+	yes, uid := true, int64(sandboxUID)
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   &yes,
+		RunAsUser:      &uid,
+		RunAsGroup:     &uid,
+		FSGroup:        &uid,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }

@@ -69,6 +69,7 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 		}
 	}
 	ops = append(ops, dnsOps(pod, namespace, o.ClusterDomain)...)
+	ops = append(ops, sysctlOps(pod)...)
 	for i, g := range pod.Spec.SchedulingGates {
 		if g.Name == SchedulingGate { // gate names are unique in a pod (API validation)
 			ops = append(ops, remove(pointer("spec", "schedulingGates", index(i))))
@@ -146,7 +147,7 @@ func checkPod(pod *corev1.Pod) error {
 	if pod.Spec.HostPID || (pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace) {
 		return deniedf("hostPID and shareProcessNamespace pods cannot be sandboxed: the app containers would see (and could signal) the sidecar's processes and reach its files through /proc")
 	}
-	sidecarOnly := []string{volumeState, volumePolicy, volumeBPF, volumeCgroup, volumeVaultToken, volumeVaultCA}
+	sidecarOnly := []string{volumeState, volumePolicy, volumeVaultToken, volumeVaultCA}
 	for _, c := range appContainers(pod) {
 		for _, m := range c.VolumeMounts {
 			if slices.Contains(sidecarOnly, m.Name) {

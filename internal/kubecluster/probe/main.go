@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +16,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,7 +31,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|find STRING")
+		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|find STRING|agent @SOCKET|tunnels N HOST:PORT")
 		os.Exit(2)
 	}
 	var err error
@@ -43,6 +46,10 @@ func main() {
 		err = lookup(os.Args[2])
 	case "find":
 		find(os.Args[2])
+	case "agent":
+		agent(os.Args[2])
+	case "tunnels":
+		err = tunnels(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -97,6 +104,83 @@ func dial(addr string) {
 	default:
 		fmt.Printf("dial=error err=%q\n", err.Error())
 	}
+}
+
+// agent talks to the airlock node agent's abstract socket as a sidecar would, asking it to
+// open 198.19.101.20:80 as if it were a listener, and prints whether it was let in.
+func agent(sock string) {
+	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		fmt.Printf("agent=unreachable err=%q\n", err.Error())
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	hello := `{"id":1,"op":"hello","hello":{"version":1,"listeners":[{"addr":"198.19.101.20:80","udp":false,"kind":"proxy"}],"cidrs":[],"report":false,"require_packet_guard":false}}` + "\n"
+	// The agent may refuse (answer and close) before the hello is written: the write then
+	// fails, and its answer is still there to read.
+	_, werr := io.WriteString(conn, hello)
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil && werr != nil {
+		err = werr
+	}
+	switch {
+	case err != nil:
+		fmt.Printf("agent=closed err=%q\n", err.Error())
+	case strings.Contains(line, `"error"`):
+		fmt.Printf("agent=refused reply=%q\n", strings.TrimSpace(line))
+	default:
+		fmt.Printf("agent=welcomed reply=%q\n", strings.TrimSpace(line))
+	}
+}
+
+// tunnels opens n CONNECT tunnels to target through the proxy the environment names
+// (HTTPS_PROXY), prints how many opened, and holds them for 20 seconds.
+func tunnels(count, target string) error {
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return fmt.Errorf("tunnel count %q: %w", count, err)
+	}
+	proxy := strings.TrimPrefix(os.Getenv("HTTPS_PROXY"), "http://")
+	var mu sync.Mutex
+	var conns []net.Conn
+	sem := make(chan struct{}, 50)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if c := openTunnel(proxy, target); c != nil {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("tunnels=%d failed=%d\n", len(conns), n-len(conns))
+	time.Sleep(20 * time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+func openTunnel(proxy, target string) net.Conn {
+	c, err := net.DialTimeout("tcp", proxy, 5*time.Second)
+	if err != nil {
+		return nil
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, " 200") {
+		c.Close()
+		return nil
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c
 }
 
 // lookup asks the pod's first nameserver for name's A record and prints the response code.
