@@ -1,9 +1,9 @@
 package proxy
 
 // HTTP/2 on the client side of an intercepted tunnel. The intercepting TLS server offers
-// "h2" before "http/1.1" in ALPN; a client that picks h2 has its streams served by
-// golang.org/x/net/http2 (the server the standard library bundles, used directly so its
-// graceful shutdown can be driven per connection). Every stream is one request through the
+// "h2" before "http/1.1" in ALPN; a client that picks h2 has its streams served by the
+// HTTP/2 server net/http bundles (golang.org/x/net/http2's, whose own Server API is
+// deprecated in favour of http.Server.Protocols). Every stream is one request through the
 // same handler as an HTTP/1.1 request in the tunnel: goproxy, the exchange's decision (L7
 // rules), injection and response filtering. A stream's :authority is its Host (net/http
 // maps one onto the other), so the exchange's Host check refuses a stream naming another
@@ -22,28 +22,27 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/airlock-dev/airlock/policy"
 )
 
 // serveH2 serves the HTTP/2 streams of one intercepted connection with h until the
-// connection closes or idles out. Shutdown sends GOAWAY, so the client opens no new stream.
+// connection closes or idles out. TLS is already terminated (conn is the *tls.Conn, wrapped
+// by serveConn), so net/http's HTTP/2 server is enabled for "unencrypted" HTTP/2: it reads
+// the client's connection preface from conn and serves only HTTP/2 there. Shutdown sends
+// GOAWAY, so the client opens no new stream.
 func (p *Proxy) serveH2(conn net.Conn, h http.Handler) {
-	base := p.newServer(h)
-	srv := &http2.Server{IdleTimeout: p.cfg.IdleTimeout}
-	if err := http2.ConfigureServer(base, srv); err != nil { // registers GOAWAY on base.Shutdown
-		p.cfg.Logger.WithError(err).Warn("proxy: configure HTTP/2 server")
-		_ = conn.Close()
-		return
-	}
+	srv := p.newServer(h)
+	srv.TLSNextProto = nil // net/http sets up its HTTP/2 server
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv.Protocols = &protos
 	stop := p.active.onDrain(func() {
 		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // only the shutdown hooks (GOAWAY) are wanted: base serves no listener
-		_ = base.Shutdown(ctx)
+		cancel() // only the shutdown hooks (GOAWAY) are wanted: srv has no listener of its own
+		_ = srv.Shutdown(ctx)
 	})
 	defer stop()
-	srv.ServeConn(conn, &http2.ServeConnOpts{BaseConfig: base, Handler: h})
+	p.serveConn(srv, conn)
 }
 
 // h2Handler is the handler of an intercepted tunnel's HTTP/2 streams: h, except that a

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/credentials"
 )
@@ -217,5 +218,21 @@ func TestHTTP2RulesAsHTTP1(t *testing.T) {
 	}
 	if auth, _, _ := s.snapshot(); len(auth) != 2 {
 		t.Fatalf("upstream saw %d requests, want 2 (the refused stream never left)", len(auth))
+	}
+}
+
+// TestHTTP2Shutdown checks Shutdown ends an idle HTTP/2 client connection (GOAWAY) instead
+// of waiting for it to time out.
+func TestHTTP2Shutdown(t *testing.T) {
+	h := newStreamHarness(t)
+	var s seen
+	h.route(addrAPI, 443, h.h2Upstream(t, protoEcho(&s), "api.test"))
+	if resp, body := get(t, h.h2Client(t), "GET", "https://api.test/ok/a", nil); resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+		t.Fatalf("got %s %d %s", resp.Proto, resp.StatusCode, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // under IdleTimeout (5s)
+	defer cancel()
+	if err := h.p.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with an idle HTTP/2 connection: %v", err)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -77,7 +75,7 @@ func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 		r.URL = &u
 		p.gp.ServeHTTP(sw, r.WithContext(withOrigin(r.Context(), o)))
 	})
-	if tc, ok := conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+	if tc, ok := conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
 		p.serveH2(conn, p.h2Handler(t, h))
 		return
 	}
