@@ -340,7 +340,10 @@ func (x *exchange) fail(r *http.Request, reason policy.Reason) *http.Response {
 }
 
 // respond records resp's status and counts its body; closing the body ends the exchange.
+// Upgrade, a hop-by-hop header, is dropped: only a relayed 101 (switchProtocols, which
+// does not come here) may make goproxy take the connection over for WebSocket.
 func (x *exchange) respond(resp *http.Response) *http.Response {
+	resp.Header.Del("Upgrade")
 	x.mu.Lock()
 	x.status = resp.StatusCode
 	x.mu.Unlock()
