@@ -161,10 +161,11 @@ type wsRelay struct {
 	ws *wsUpgrade
 
 	// Read side (upstream to client), used by one goroutine.
-	rbuf []byte
-	out  []byte
-	rmsg wsAssembler
-	rerr error
+	scratch []byte
+	rbuf    []byte
+	out     []byte
+	rmsg    wsAssembler
+	rerr    error
 
 	// Write side (client to upstream), used by one goroutine.
 	in      []byte
@@ -213,9 +214,11 @@ func (w *wsRelay) readMessage() {
 			return
 		}
 		if size == 0 {
-			buf := make([]byte, 32<<10)
-			n, err := w.up.Read(buf)
-			w.rbuf = append(w.rbuf, buf[:n]...)
+			if w.scratch == nil {
+				w.scratch = make([]byte, 32<<10)
+			}
+			n, err := w.up.Read(w.scratch)
+			w.rbuf = append(w.rbuf, w.scratch[:n]...)
 			if err != nil && n == 0 {
 				w.rerr = err
 				return
