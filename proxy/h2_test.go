@@ -51,10 +51,10 @@ type streamHarness struct {
 	ph *credentials.Placeholders
 }
 
-func newStreamHarness(t *testing.T) *streamHarness {
+func newStreamHarness(t *testing.T, opts ...harnessOpt) *streamHarness {
 	t.Helper()
 	ph := credentials.NewPlaceholders([]byte("0123456789abcdef0123456789abcdef"))
-	h := newHarness(t, mustPolicy(t, policyDoc("streams", "enforce", streamEgress)), func(c *Config) {
+	opts = append(opts, func(c *Config) {
 		b, err := credentials.New(credentials.Config{Policy: c.Policy, Placeholders: ph,
 			Env: credentials.EnvSource{Lookup: func(k string) (string, bool) { return streamSecret, k == "TEST_TOK" }}})
 		if err != nil {
@@ -62,6 +62,7 @@ func newStreamHarness(t *testing.T) *streamHarness {
 		}
 		c.Injector = b
 	})
+	h := newHarness(t, mustPolicy(t, policyDoc("streams", "enforce", streamEgress)), opts...)
 	return &streamHarness{harness: h, ph: ph}
 }
 

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -200,4 +203,50 @@ func curlH2C(h *streamHarness) (string, error) {
 		return "", fmt.Errorf("curl: %w: %s", err, out)
 	}
 	return string(out), nil
+}
+
+// TestTransparentStreams checks the transparent listener: a WebSocket over captured plain
+// HTTP is relayed (and checked), and a captured TLS connection to an intercepted host
+// negotiates HTTP/2 and gets the credential injected.
+func TestTransparentStreams(t *testing.T) {
+	od := &origDst{}
+	h := newStreamHarness(t, func(c *Config) { c.OriginalDst = od })
+	s := &seen{}
+	h.route(addrPlain, 80, httpServer(t, wsEcho(s)))
+	h.route(addrAPI, 443, h.h2Upstream(t, protoEcho(s), "api.test"))
+	captured := &http.Transport{ // every connection lands on the transparent listener
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", h.taddr)
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: h.airlockRoots()},
+		ForceAttemptHTTP2: true,
+	}
+	t.Cleanup(captured.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	od.set(netip.MustParseAddrPort("198.18.0.20:80"))
+	c, _, err := websocket.Dial(ctx, "ws://plain.test/ws/echo", &websocket.DialOptions{HTTPClient: &http.Client{Transport: captured}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte("over transparent")); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c.Read(ctx); err != nil || string(got) != "over transparent" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+
+	od.set(netip.MustParseAddrPort("198.18.0.10:443"))
+	resp, body := get(t, &http.Client{Transport: captured}, "GET", "https://api.test/ok/t", nil)
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || !strings.Contains(body, "proto=HTTP/2.0") {
+		t.Fatalf("got %s %d %q, want 200 over HTTP/2 on both sides", resp.Proto, resp.StatusCode, body)
+	}
+	auth, _, _ := s.snapshot()
+	if len(auth) != 3 || auth[2] != "Bearer "+streamSecret {
+		t.Fatalf("upstreams saw Authorization %q, want the injected one last", auth)
+	}
 }
