@@ -129,8 +129,8 @@ func (r *Replacer) held(b []byte) int {
 
 // Reader returns a reader of rc's bytes with every match replaced, however rc splits them:
 // it holds back a tail of what it has read that could start a match (at most len(longest
-// pattern)-1 bytes) until it knows whether one starts there. Meeting a fail pattern makes Read return that error (the bytes before the
-// match are delivered first). Close closes rc.
+// pattern)-1 bytes) until it knows whether one starts there. Meeting a fail pattern makes
+// Read return that error (the bytes before the match are delivered first). Close closes rc.
 func (r *Replacer) Reader(rc io.ReadCloser) io.ReadCloser {
 	if r.Empty() {
 		return rc
