@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"io"
@@ -235,5 +236,43 @@ func TestHTTP2Shutdown(t *testing.T) {
 	defer cancel()
 	if err := h.p.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown with an idle HTTP/2 connection: %v", err)
+	}
+}
+
+// TestSSEStreamsThroughScrubbing checks a server-sent event reaches the client before the
+// upstream sends the next one, over HTTP/1.1 and HTTP/2, with response scrubbing on (the
+// request carries an injected secret): the upstream waits for the client to hold the first
+// event, so a proxy that buffers fails the test.
+func TestSSEStreamsThroughScrubbing(t *testing.T) {
+	h := newStreamHarness(t)
+	got1 := make(chan struct{}, 1)
+	h.route(addrAPI, 443, h.h2Upstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: one "+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+"\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-got1:
+		case <-time.After(waitTimeout):
+			_, _ = io.WriteString(w, "data: timeout\n\n")
+			return
+		}
+		_, _ = io.WriteString(w, "data: two\n\n")
+	}), "api.test"))
+	for _, c := range []*http.Client{h.client(h.airlockRoots()), h.h2Client(t)} {
+		resp, err := c.Get("https://api.test/ok/events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		line, err := br.ReadString('\n')
+		if want := "data: one " + credentials.Redacted + "\n"; err != nil || line != want {
+			t.Fatalf("%s: first line %q, %v; want %q", resp.Proto, line, err, want)
+		}
+		got1 <- struct{}{}
+		rest, _ := io.ReadAll(br)
+		resp.Body.Close()
+		if string(rest) != "\ndata: two\n\n" {
+			t.Fatalf("%s: rest %q", resp.Proto, rest)
+		}
 	}
 }
