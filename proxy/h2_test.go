@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -274,5 +275,27 @@ func TestSSEStreamsThroughScrubbing(t *testing.T) {
 		if string(rest) != "\ndata: two\n\n" {
 			t.Fatalf("%s: rest %q", resp.Proto, rest)
 		}
+	}
+}
+
+// TestHTTP2ConnectRefused checks a CONNECT stream inside an intercepted HTTP/2 connection is
+// refused (upgrade_unsupported): a tunnel in a stream would carry bytes no rule looked at.
+func TestHTTP2ConnectRefused(t *testing.T) {
+	h := newStreamHarness(t)
+	var s seen
+	h.route(addrAPI, 443, h.h2Upstream(t, protoEcho(&s), "api.test"))
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Scheme: "https", Host: "api.test"},
+		Host: "api.test:443", Header: http.Header{}}
+	resp, err := h.h2Client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := new(strings.Builder)
+	_, _ = ioCopy(body, resp)
+	if resp.ProtoMajor != 2 || resp.StatusCode != 403 || deniedJSON(t, body.String()).Reason != "upgrade_unsupported" {
+		t.Fatalf("got %s %d %s, want 403 upgrade_unsupported over HTTP/2", resp.Proto, resp.StatusCode, body)
+	}
+	if auth, _, _ := s.snapshot(); len(auth) != 0 {
+		t.Fatalf("the upstream saw %d requests", len(auth))
 	}
 }
