@@ -148,8 +148,24 @@ func (x *exchange) switchProtocols(r *http.Request, resp *http.Response) *http.R
 	x.mu.Lock()
 	x.status = resp.StatusCode
 	x.mu.Unlock()
-	resp.Body = &wsRelay{x: x, up: body, ws: x.ws}
+	rel := &wsRelay{x: x, up: body, ws: x.ws}
+	// Tracked so Shutdown waits for the connection and closes it when it stops waiting (a
+	// hijacked connection is no longer the http.Server's).
+	rel.tracked = x.p.active.add(wsCloser{rel})
+	resp.Body = rel
 	return resp
+}
+
+// wsCloser closes both sides of a relay for the tracker, which holds its lock meanwhile;
+// the relay's own Close (which leaves the tracker) follows when goproxy's copies end.
+type wsCloser struct{ w *wsRelay }
+
+func (c wsCloser) Close() error {
+	_ = c.w.up.Close()
+	if s := c.w.x.o.stream; s != nil {
+		s.closeHijacked()
+	}
+	return nil
 }
 
 // wsRelay is the body of a relayed 101: goproxy copies the client's bytes into Write and
@@ -176,7 +192,8 @@ type wsRelay struct {
 	mu      sync.Mutex
 	pending []byte
 
-	once sync.Once
+	tracked *trackedConn // in Proxy.active until Close
+	once    sync.Once
 }
 
 // Read returns the upstream's messages, scrubbed, one whole frame each.
@@ -312,10 +329,8 @@ func (w *wsRelay) send(op byte, payload []byte) error {
 // Close ends the relay: both connections close and the exchange is audited.
 func (w *wsRelay) Close() error {
 	w.once.Do(func() {
-		_ = w.up.Close()
-		if s := w.x.o.stream; s != nil {
-			s.closeHijacked()
-		}
+		_ = wsCloser{w}.Close()
+		w.x.p.active.remove(w.tracked)
 		w.x.finish()
 	})
 	return nil

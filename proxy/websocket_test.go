@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -248,5 +249,28 @@ func TestTransparentStreams(t *testing.T) {
 	auth, _, _ := s.snapshot()
 	if len(auth) != 3 || auth[2] != "Bearer "+streamSecret {
 		t.Fatalf("upstreams saw Authorization %q, want the injected one last", auth)
+	}
+}
+
+// TestWebSocketShutdown checks Shutdown waits for a relayed WebSocket (absolute form, whose
+// connection the HTTP server no longer tracks after the hijack) and closes it when ctx ends.
+func TestWebSocketShutdown(t *testing.T) {
+	h := newStreamHarness(t)
+	s := &seen{}
+	h.route(addrPlain, 80, httpServer(t, wsEcho(s)))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://plain.test/ws/echo", &websocket.DialOptions{HTTPClient: h.client(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	if err := h.p.Shutdown(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown returned %v, want it to wait for the open WebSocket until ctx ends", err)
+	}
+	if _, _, err := c.Read(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the WebSocket outlived Shutdown: read got %v", err)
 	}
 }
