@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
@@ -152,6 +153,9 @@ func (x *exchange) switchProtocols(r *http.Request, resp *http.Response) *http.R
 	// Tracked so Shutdown waits for the connection and closes it when it stops waiting (a
 	// hijacked connection is no longer the http.Server's).
 	rel.tracked = x.p.active.add(wsCloser{rel})
+	// A hijacked connection has no deadlines: a relay with no message either way for
+	// IdleTimeout is closed, as an idle tunnel is.
+	rel.idle = time.AfterFunc(x.p.cfg.IdleTimeout, func() { _ = wsCloser{rel}.Close() })
 	resp.Body = rel
 	return resp
 }
@@ -193,6 +197,7 @@ type wsRelay struct {
 	pending []byte
 
 	tracked *trackedConn // in Proxy.active until Close
+	idle    *time.Timer  // closes the relay after IdleTimeout without a message
 	once    sync.Once
 }
 
@@ -250,6 +255,7 @@ func (w *wsRelay) readMessage() {
 			return
 		}
 		if done {
+			w.idle.Reset(w.x.p.cfg.IdleTimeout)
 			w.out = encodeFrame(nil, op, w.ws.scrub(payload), false)
 			return
 		}
@@ -284,6 +290,7 @@ func (w *wsRelay) Write(p []byte) (int, error) {
 		if !done {
 			continue
 		}
+		w.idle.Reset(w.x.p.cfg.IdleTimeout)
 		if err := w.send(op, payload); err != nil {
 			return 0, err
 		}
@@ -329,6 +336,7 @@ func (w *wsRelay) send(op byte, payload []byte) error {
 // Close ends the relay: both connections close and the exchange is audited.
 func (w *wsRelay) Close() error {
 	w.once.Do(func() {
+		w.idle.Stop()
 		_ = wsCloser{w}.Close()
 		w.x.p.active.remove(w.tracked)
 		w.x.finish()

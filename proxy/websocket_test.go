@@ -274,3 +274,26 @@ func TestWebSocketShutdown(t *testing.T) {
 		t.Fatalf("the WebSocket outlived Shutdown: read got %v", err)
 	}
 }
+
+// TestWebSocketIdle checks a relayed WebSocket with no message for IdleTimeout is closed.
+func TestWebSocketIdle(t *testing.T) {
+	h := newStreamHarness(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	s := &seen{}
+	h.route(addrPlain, 80, httpServer(t, wsEcho(s)))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://plain.test/ws/echo", &websocket.DialOptions{HTTPClient: h.client(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageText, []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c.Read(ctx); err != nil || string(got) != "ping" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if _, _, err := c.Read(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the idle WebSocket stayed open: read got %v", err)
+	}
+}
