@@ -127,6 +127,11 @@ func newUpstreamRequest(ctx context.Context, in *http.Request, r *route, ep endp
 		return nil, fmt.Errorf("build provider request: %w", err)
 	}
 	for _, h := range forwardedRequestHeaders {
+		// A provider gets its own API's headers only (a translated call's caller sends the
+		// other one's).
+		if strings.HasPrefix(h, "Anthropic-") != (r.ptype == policy.ProviderAnthropic) && (strings.HasPrefix(h, "Anthropic-") || strings.HasPrefix(h, "Openai-")) {
+			continue
+		}
 		if v := in.Header.Values(h); len(v) > 0 {
 			req.Header[h] = slices.Clone(v)
 		}
