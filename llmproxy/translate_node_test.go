@@ -136,6 +136,9 @@ func TestNodeSDKsTranslated(t *testing.T) {
 			if r := steps["refuse"]; r.OK || r.Status != 400 || !strings.Contains(r.Message, tc.refuse) || !strings.Contains(r.Message, "cannot be translated") {
 				t.Errorf("refuse: %+v: want 400 naming %s", r, tc.refuse)
 			}
+			if tc.flavor != "anthropic" && r.Param != tc.refuse {
+				t.Errorf("refuse: param %q, want %q", r.Param, tc.refuse)
+			}
 			provider := &e.an.dialectFake
 			if tc.model == "gpt-tr" {
 				provider = &e.oa.dialectFake

@@ -230,7 +230,7 @@ func userTurn(blocks []obj, path string) ([]chatMessage, error) {
 	if len(parts) == 0 {
 		return tools, nil
 	}
-	if len(parts) == 1 && len(blocks) == 1 {
+	if len(parts) == 1 {
 		if p := parts[0].(map[string]any); p["type"] == "text" {
 			return append(tools, chatMessage{Role: "user", Content: p["text"]}), nil
 		}
