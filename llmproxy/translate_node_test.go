@@ -133,7 +133,8 @@ func TestNodeSDKsTranslated(t *testing.T) {
 					t.Errorf("%s:\n got %+v\nwant %+v", name, got, w)
 				}
 			}
-			if r := steps["refuse"]; r.OK || r.Status != 400 || !strings.Contains(r.Message, tc.refuse) || !strings.Contains(r.Message, "cannot be translated") {
+			r := steps["refuse"]
+			if r.OK || r.Status != 400 || !strings.Contains(r.Message, tc.refuse) || !strings.Contains(r.Message, "cannot be translated") {
 				t.Errorf("refuse: %+v: want 400 naming %s", r, tc.refuse)
 			}
 			if tc.flavor != "anthropic" && r.Param != tc.refuse {

@@ -1,0 +1,100 @@
+package llmproxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/internal/fakellm"
+)
+
+// A provider's error reaches a translated caller in the caller's own format.
+func TestTranslatedProviderErrors(t *testing.T) {
+	e := newEnv(t, setup{})
+	e.anthropic.FailNext(http.StatusBadRequest)
+	status, h, body := e.post("/v1/chat/completions", `{"model":"claude-test","messages":[{"role":"user","content":"hi"}]}`)
+	var oe struct {
+		Error struct{ Message, Type, Code string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &oe); status != 400 || err != nil || oe.Error.Message != "injected failure 400" ||
+		oe.Error.Type != "invalid_request_error" || h.Get("Content-Type") != "application/json" {
+		t.Errorf("Anthropic 400 to an OpenAI caller: %d %s", status, body)
+	}
+	e.openai.FailNext(http.StatusNotFound)
+	status, _, body = e.post("/v1/messages", `{"model":"gpt-test","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	var ae struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	if err := json.Unmarshal([]byte(body), &ae); status != 404 || err != nil || ae.Type != "error" || ae.Error.Type != "not_found_error" ||
+		ae.Error.Message != "injected failure 404" {
+		t.Errorf("OpenAI 404 to an Anthropic caller: %d %s", status, body)
+	}
+}
+
+// A field that cannot be translated is refused before anything is reserved or sent, in
+// the caller's format, naming the field.
+func TestUntranslatableFieldRefused(t *testing.T) {
+	e := newEnv(t, setup{})
+	status, h, body := e.post("/v1/responses", `{"model":"claude-test","input":"hi","previous_response_id":"resp_1"}`)
+	var oe struct {
+		Error struct{ Message, Param, Code string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &oe); status != 400 || err != nil || oe.Error.Param != "previous_response_id" ||
+		oe.Error.Code != "untranslatable_field" || h.Get("X-Airlock-Error") != "untranslatable_field" {
+		t.Errorf("got %d %s", status, body)
+	}
+	status, _, body = e.post("/v1/messages", `{"model":"gpt-test","max_tokens":5,"top_k":3,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 400 || !strings.Contains(body, `"type":"invalid_request_error"`) || !strings.Contains(body, `field \"top_k\"`) {
+		t.Errorf("got %d %s", status, body)
+	}
+	if n := e.openai.Calls() + e.anthropic.Calls(); n != 0 {
+		t.Errorf("%d refused calls reached a provider", n)
+	}
+	e.stopFn()
+	if tot := e.ledger.Totals(); len(tot.Pending) != 0 || tot.Total.Requests != 0 {
+		t.Errorf("ledger holds %+v for refused calls", tot)
+	}
+	if a := e.audit.String(); strings.Count(a, `"reason":"invalid_request"`) != 2 {
+		t.Errorf("audit: want two invalid_request denials: %s", a)
+	}
+}
+
+// The ledger settles a translated call once, in the provider's tokens, and the provider
+// got the upstream model in its own dialect.
+func TestTranslatedCallSettlesProviderUsage(t *testing.T) {
+	e := newEnv(t, setup{anthropic: fakellm.Config{InputTokens: 40}})
+	status, _, body := e.post("/v1/chat/completions", `{"model":"claude-test","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 || !strings.Contains(body, `"prompt_tokens":40`) || !strings.Contains(body, `"completion_tokens":3`) {
+		t.Fatalf("got %d %s", status, body)
+	}
+	use := e.anthropic.Usage()["claude-upstream"]
+	e.stopFn()
+	tot := e.ledger.Totals()
+	if use.Calls != 1 || tot.Total.Requests != 1 || tot.Total.Input != use.Input || tot.Total.Output != use.Output || tot.Total.Estimated != 0 {
+		t.Errorf("ledger %+v, provider reported %+v", tot.Total, use)
+	}
+	// 40 input tokens at $3/MTok and 3 output at $15/MTok: the Anthropic model's price.
+	if want := int64(40*3000 + 3*15000); tot.Total.CostNano != want {
+		t.Errorf("cost %d nano-USD, want %d", tot.Total.CostNano, want)
+	}
+}
+
+// A provider that ignores the output limit is cut off in the caller's dialect.
+func TestTranslatedStreamCutInCallerDialect(t *testing.T) {
+	e := newEnv(t, setup{anthropic: fakellm.Config{IgnoreMaxTokens: true, Reply: "one two three four five six seven eight nine ten"}})
+	status, _, body := e.post("/v1/chat/completions", `{"model":"claude-test","max_tokens":2,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 {
+		t.Fatalf("got %d %s", status, body)
+	}
+	events := strings.Split(strings.TrimSpace(body), "\n\n")
+	last := events[len(events)-1]
+	if strings.Contains(body, "event:") || !strings.HasPrefix(last, `data: {"error":`) || !strings.Contains(last, "stream cut") {
+		t.Errorf("want OpenAI chunks ending in an OpenAI error chunk, got:\n%s", body)
+	}
+	status, _, body = e.post("/v1/chat/completions", `{"model":"claude-test","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") || strings.Contains(body, `"usage":{`) {
+		t.Errorf("a whole stream without include_usage: want [DONE] and no usage chunk:\n%s", body)
+	}
+}
