@@ -59,8 +59,8 @@ type apiError struct {
 	// openaiType is the OpenAI error "type"; Anthropic's is derived from status.
 	openaiType string
 	// param is the OpenAI "param": the request field at fault, when there is one.
-	param   string
-	message string
+	param      string
+	message    string
 	retryAfter time.Duration
 	// deny marks a policy decision (model, budget): X-Airlock-Decision: deny.
 	deny bool

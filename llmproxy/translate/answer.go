@@ -126,7 +126,7 @@ func messagesToChatAnswer(body []byte, created int64) ([]byte, error) {
 	}
 	out := map[string]any{"id": chatID(a.ID), "object": "chat.completion", "created": created, "model": a.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finishReason(a.StopReason), "logprobs": nil}},
-		"usage": a.Usage.toChatUsage()}
+		"usage":   a.Usage.toChatUsage()}
 	return marshal(out), nil
 }
 
