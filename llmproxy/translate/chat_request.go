@@ -49,7 +49,7 @@ var chatKnown = []string{"model", "messages", "max_tokens", "max_completion_toke
 // chatDefaults are fields accepted at their default value only.
 var chatDefaults = map[string][]string{
 	"n": {"1"}, "presence_penalty": {"0", "0.0"}, "frequency_penalty": {"0", "0.0"}, "logprobs": {"false"},
-	"store": {"false"},
+	"store": {"false"}, "logit_bias": {"{}"}, "service_tier": {`"auto"`}, "top_logprobs": {"0"},
 }
 
 // chatWhy explains the refusals that have a better reason than "no equivalent".

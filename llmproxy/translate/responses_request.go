@@ -100,6 +100,15 @@ func responsesText(o obj) error {
 	return nil
 }
 
+// responsesItemKnown are the fields of each input item type that are mapped (id and status
+// are the provider's bookkeeping of an item passed back, not content).
+var responsesItemKnown = map[string][]string{
+	"":                     {"type", "role", "content", "id", "status"},
+	"message":              {"type", "role", "content", "id", "status"},
+	"function_call":        {"type", "id", "call_id", "name", "arguments", "status"},
+	"function_call_output": {"type", "id", "call_id", "output", "status"},
+}
+
 // responsesInput maps input: a string, or an array of items (messages, function calls
 // and function call outputs). Leading system and developer messages join the system prompt.
 func responsesInput(raw json.RawMessage) ([]block, []anthMessage, error) {
@@ -117,6 +126,11 @@ func responsesInput(raw json.RawMessage) ([]block, []anthMessage, error) {
 		path := idx("input", i)
 		typ, _ := it.str("type", path)
 		role, _ := it.str("role", path)
+		if known, ok := responsesItemKnown[typ]; ok {
+			if err := it.rejectUnknown(path, known, nil, nil); err != nil {
+				return nil, nil, err
+			}
+		}
 		var b block
 		var err error
 		switch {
