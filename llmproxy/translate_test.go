@@ -2,11 +2,14 @@ package llmproxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/airlock-dev/airlock/internal/fakellm"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // A provider's error reaches a translated caller in the caller's own format.
@@ -96,5 +99,37 @@ func TestTranslatedStreamCutInCallerDialect(t *testing.T) {
 	status, _, body = e.post("/v1/chat/completions", `{"model":"claude-test","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	if status != 200 || !strings.HasSuffix(strings.TrimSpace(body), "data: [DONE]") || strings.Contains(body, `"usage":{`) {
 		t.Errorf("a whole stream without include_usage: want [DONE] and no usage chunk:\n%s", body)
+	}
+}
+
+// A translated stream the provider breaks off ends with an error event in the caller's
+// dialect (its SDK would otherwise wait for its own last event), and is charged its
+// reservation.
+func TestTranslatedStreamBrokenByProvider(t *testing.T) {
+	broken := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := startStream(w)
+		s.send("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_b", "type": "message",
+			"role": "assistant", "model": "claude-upstream", "content": []any{}, "usage": map[string]any{"input_tokens": 5, "output_tokens": 1}}})
+		s.send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+		s.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "Hel"}})
+		_, _ = w.Write([]byte("event: content_block_delta\ndata: {\"type\":\"content_blo")) // cut mid-event
+	})
+	srv := httptest.NewServer(broken)
+	t.Cleanup(srv.Close)
+	pol, err := policy.Parse("translate.yaml", fmt.Appendf(nil, translatePolicy, srv.URL, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, audit: &auditSink{}, stateDir: t.TempDir(), keys: mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}}
+	e.start(pol)
+	status, _, body := e.post("/v1/chat/completions", `{"model":"claude-tr","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	events := strings.Split(strings.TrimSpace(body), "\n\n")
+	if status != 200 || len(events) != 3 || !strings.Contains(events[1], `"content":"Hel"`) ||
+		!strings.HasPrefix(events[2], `data: {"error":`) || !strings.Contains(events[2], "stream broke") {
+		t.Errorf("got %d:\n%s", status, body)
+	}
+	e.stopFn()
+	if tot := e.ledger.Totals(); tot.Total.Estimated != 1 || tot.Total.Input+tot.Total.Output < 50 {
+		t.Errorf("ledger %+v: want the reservation charged, estimated", tot.Total)
 	}
 }
