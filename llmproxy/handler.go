@@ -72,6 +72,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 		x.ev.Detail = fmt.Sprintf("translated %s to %s", c.tr.caller, c.tr.provider)
 		w.Header().Set("X-Airlock-Translated", c.tr.caller.String()+" -> "+c.tr.provider.String())
 	}
+	c.raw = nil // parsed (and translated): not held for the rest of the call
 	limit, inject, aerr := c.outputLimit(rt)
 	if aerr != nil {
 		x.refuse(w, aerr, policy.ReasonOutputCap)

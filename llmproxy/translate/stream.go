@@ -25,7 +25,7 @@ func NewStream(provider, caller Dialect, opts StreamOptions) Stream {
 	case provider == AnthropicMessages && caller == OpenAIChat:
 		return &messagesToChatStream{opts: opts, tools: map[int]int{}}
 	case provider == OpenAIChat && caller == AnthropicMessages:
-		return &chatToMessagesStream{tools: map[int]int{}}
+		return &chatToMessagesStream{tools: map[int]int{}, ids: map[int]string{}}
 	case provider == AnthropicMessages && caller == OpenAIResponses:
 		return newResponsesStream(opts)
 	}

@@ -19,8 +19,10 @@ type chatToMessagesStream struct {
 	open     int
 	openText bool
 	next     int
-	// tools maps an OpenAI tool call index to its Anthropic block index.
+	// tools maps an OpenAI tool call index to its Anthropic block index; ids to the call ID
+	// it started with (some OpenAI-compatible servers send every call at index 0).
 	tools  map[int]int
+	ids    map[int]string
 	finish string
 	usage  chatUsage
 }
@@ -88,14 +90,14 @@ func (s *chatToMessagesStream) Event(_ string, data []byte) []byte {
 		}
 		for _, tc := range ch.Delta.ToolCalls {
 			i, ok := s.tools[tc.Index]
-			if !ok {
+			if !ok || (tc.ID != "" && tc.ID != s.ids[tc.Index]) {
 				out = append(out, s.closeBlock()...)
 				id := tc.ID
 				if id == "" {
 					id = fmt.Sprintf("toolu_airlock_%d", tc.Index)
 				}
 				i = s.next
-				s.tools[tc.Index] = i
+				s.tools[tc.Index], s.ids[tc.Index] = i, id
 				out = append(out, s.startBlock(block{"type": "tool_use", "id": id, "name": tc.Function.Name, "input": block{}})...)
 			}
 			if tc.Function.Arguments != "" {

@@ -108,3 +108,28 @@ func TestMessagesToResponsesStream(t *testing.T) {
 }
 
 func itoa(n int) string { return string(rawJSON(n)) }
+
+// Some OpenAI-compatible servers send every tool call at index 0: a new call ID starts a
+// new tool_use block.
+func TestChatToMessagesStreamToolCallsAtOneIndex(t *testing.T) {
+	s := NewStream(OpenAIChat, AnthropicMessages, StreamOptions{})
+	var starts []string
+	for _, e := range feed(t, s, []pev{
+		{"", `{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"{}"}}]}}]}`},
+		{"", `{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"y","arguments":"{}"}}]}}]}`},
+		{"", `[DONE]`},
+	}) {
+		for _, ev := range e {
+			if ev.name == "content_block_start" {
+				starts = append(starts, compact(t, ev))
+			}
+		}
+	}
+	want := []string{
+		`content_block_start {"content_block":{"id":"a","input":{},"name":"x","type":"tool_use"},"index":0,"type":"content_block_start"}`,
+		`content_block_start {"content_block":{"id":"b","input":{},"name":"y","type":"tool_use"},"index":1,"type":"content_block_start"}`,
+	}
+	if !reflect.DeepEqual(starts, want) {
+		t.Errorf("got %q, want %q", starts, want)
+	}
+}
