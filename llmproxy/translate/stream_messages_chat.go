@@ -78,7 +78,7 @@ func (s *messagesToChatStream) Event(name string, data []byte) []byte {
 			n := len(s.tools)
 			s.tools[e.Index] = n
 			return s.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": n, "id": e.ContentBlock.ID, "type": "function",
-				"function": map[string]any{"name": e.ContentBlock.Name, "arguments": ""}}}}, nil)
+				"function": map[string]any{"name": e.ContentBlock.Name, "arguments": e.ContentBlock.startInput()}}}}, nil)
 		}
 		if e.ContentBlock.Type == "text" && e.ContentBlock.Text != "" {
 			return s.chunk(map[string]any{"content": e.ContentBlock.Text}, nil)
@@ -147,4 +147,15 @@ func chatErrorFromAnthropic(data []byte) []byte {
 	}
 	return marshal(map[string]any{"error": map[string]any{"message": e.Error.Message, "type": openaiErrorType(e.Error.Type),
 		"param": nil, "code": e.Error.Type}})
+}
+
+// startInput is the input a tool_use block starts with: "" for the empty object Anthropic
+// sends before streaming the input as input_json deltas, else the input itself (a server
+// that sends it whole).
+func (b *anthBlock) startInput() string {
+	in := string(bytes.TrimSpace(b.Input))
+	if in == "" || in == "{}" || in == "null" {
+		return ""
+	}
+	return in
 }

@@ -102,6 +102,7 @@ func (s *messagesToResponsesStream) startItem(e *anthEvent) []byte {
 		it = &respItem{kind: "message", id: fmt.Sprintf("msg_%s_%d", s.id, e.Index)}
 	case "tool_use":
 		it = &respItem{kind: "function_call", id: "fc_" + e.ContentBlock.ID, callID: e.ContentBlock.ID, name: e.ContentBlock.Name}
+		it.text.WriteString(e.ContentBlock.startInput())
 	default:
 		return nil
 	}

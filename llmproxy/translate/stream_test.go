@@ -141,3 +141,14 @@ func TestMessagesToChatStreamWithoutUsageAndError(t *testing.T) {
 		t.Errorf("usage sent unasked: %s", got[0][0].data)
 	}
 }
+
+// A tool_use block that starts with its whole input passes it as the call's arguments.
+func TestMessagesToChatStreamWholeToolInput(t *testing.T) {
+	s := NewStream(AnthropicMessages, OpenAIChat, StreamOptions{Created: 7})
+	got := feed(t, s, []pev{anthropicToolStream[0],
+		{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"w","input":{"a":1}}}`}})
+	want := `{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\"a\":1}","name":"w"},"id":"t","index":0,"type":"function"}]},"finish_reason":null,"index":0,"logprobs":null}],"created":7,"id":"chatcmpl-1","model":"claude-x","object":"chat.completion.chunk"}`
+	if len(got[1]) != 1 || compact(t, got[1][0]) != want {
+		t.Errorf("got %v, want %s", got[1], want)
+	}
+}
