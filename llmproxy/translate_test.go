@@ -133,3 +133,22 @@ func TestTranslatedStreamBrokenByProvider(t *testing.T) {
 		t.Errorf("ledger %+v: want the reservation charged, estimated", tot.Total)
 	}
 }
+
+// airlock's own refusal of a translated call (here the budget) is in the caller's format.
+func TestTranslatedCallRefusedByBudgetInCallerFormat(t *testing.T) {
+	e := newEnv(t, setup{llmExtra: "    budget: {tokens: 10}\n"})
+	status, h, body := e.post("/v1/chat/completions", `{"model":"claude-test","messages":[{"role":"user","content":"hi"}]}`)
+	var oe struct {
+		Error struct{ Type, Code string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &oe); status != 403 || err != nil || oe.Error.Code != "insufficient_quota" || h.Get("X-Airlock-Decision") != "deny" {
+		t.Errorf("OpenAI caller: %d %s", status, body)
+	}
+	status, _, body = e.post("/v1/messages", `{"model":"gpt-test","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 403 || !strings.Contains(body, `"type":"permission_error"`) {
+		t.Errorf("Anthropic caller: %d %s", status, body)
+	}
+	if n := e.openai.Calls() + e.anthropic.Calls(); n != 0 {
+		t.Errorf("%d refused calls reached a provider", n)
+	}
+}
