@@ -1,6 +1,7 @@
 package llmproxy
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -150,5 +151,68 @@ func TestTranslatedCallRefusedByBudgetInCallerFormat(t *testing.T) {
 	}
 	if n := e.openai.Calls() + e.anthropic.Calls(); n != 0 {
 		t.Errorf("%d refused calls reached a provider", n)
+	}
+}
+
+// A translated stream is unbuffered: the provider sends its next event only once the caller
+// has received the translation of the previous one (a buffering proxy deadlocks here, and
+// the deadline fails the test).
+func TestTranslatedStreamEventByEvent(t *testing.T) {
+	next := make(chan struct{})
+	events := []any{
+		map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_s", "type": "message", "role": "assistant",
+			"model": "claude-upstream", "content": []any{}, "usage": map[string]any{"input_tokens": 5, "output_tokens": 1}}},
+		map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "one "}},
+		map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "two"}},
+		map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn"}, "usage": map[string]any{"output_tokens": 2}},
+		map[string]any{"type": "message_stop"},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := startStream(w)
+		for i, ev := range events {
+			if i > 0 {
+				select {
+				case <-next:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			s.send(ev.(map[string]any)["type"].(string), ev)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	pol, err := policy.Parse("translate.yaml", fmt.Appendf(nil, translatePolicy, srv.URL, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, audit: &auditSink{}, stateDir: t.TempDir(), keys: mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}}
+	e.start(pol)
+	ctx := ctxT(t)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"claude-tr","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var got []string
+	for i := range events {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("event %d: %v (got %q)", i, err, got)
+		}
+		_, _ = br.ReadString('\n') // the blank line ending the event
+		got = append(got, strings.TrimSpace(line))
+		if i < len(events)-1 {
+			select {
+			case next <- struct{}{}:
+			case <-ctx.Done():
+				t.Fatal("the provider did not ask for the next event")
+			}
+		}
+	}
+	if !strings.Contains(got[1], `"content":"one "`) || !strings.Contains(got[3], `"finish_reason":"stop"`) || got[4] != "data: [DONE]" {
+		t.Errorf("got %q", got)
 	}
 }
