@@ -143,9 +143,9 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, count 
 		// A translated stream cannot pass a partial event on: it ends with an error event.
 		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) || (err != nil && (len(ev.raw) == 0 || c.tr != nil)) {
 			// After the stream's last event (message_stop, [DONE], response.completed) a
-			// caller that hangs up is not an error: the call is complete.
-			// A translated stream that ends without the provider's last event gets an error
-			// event too: the caller's SDK would otherwise wait for its own last event.
+			// caller that hangs up is not an error: the call is complete. A translated
+			// stream that ends without the provider's last event gets an error event even
+			// at a clean EOF: the caller's SDK would otherwise wait for its own last event.
 			if (!errors.Is(err, io.EOF) || c.tr != nil) && !res.meter.done {
 				res.err = err
 				res.cut = cutError(err, timedOut())
