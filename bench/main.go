@@ -146,6 +146,8 @@ func main() {
 			os.Exit(runKernelConnectChild())
 		case llmProviderRole:
 			os.Exit(runLLMProviderChild())
+		case llmAnthropicRole:
+			os.Exit(runLLMAnthropicChild())
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -224,6 +226,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	lrep := runLLMBench(ctx, e, root)
 	printLLMReport(stdout, lrep)
 	if lrep.err != nil {
+		return 1
+	}
+	trep := runTranslateBench(ctx, e, root)
+	printTranslateReport(stdout, trep)
+	if trep.err != nil {
 		return 1
 	}
 	srep := runSandboxBench(ctx, e, root)

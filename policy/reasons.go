@@ -85,7 +85,7 @@ const ReasonRateLimited Reason = "rate_limited"
 const (
 	ReasonInvalidRequest  Reason = "invalid_request"   // the body is not a valid call (400; 413 when over the size limit)
 	ReasonModelNotAllowed Reason = "model_not_allowed" // the model is not in spec.llm.models (404)
-	ReasonWrongAPI        Reason = "wrong_api"         // the model is served through the other provider API (400)
+	ReasonWrongAPI        Reason = "wrong_api"         // the model is served through the other provider API, untranslated (400)
 	ReasonOutputCap       Reason = "output_cap"        // max_tokens over the model's maxOutputTokens (400)
 	ReasonBudgetExhausted Reason = "budget_exhausted"  // a lifetime cap cannot cover the call's input (403)
 	ReasonUnboundedCost   Reason = "unbounded_cost"    // the call's cost cannot be bounded under a lifetime cap (403)
@@ -219,7 +219,7 @@ var reasonCatalogue = []ReasonInfo{
 		"send a JSON object naming a model, within the body limit"},
 	{ReasonModelNotAllowed, EmitLLM, http.StatusNotFound, "the model is not in spec.llm.models",
 		"use one of the models the error message lists, or ask the policy owner to add it"},
-	{ReasonWrongAPI, EmitLLM, http.StatusBadRequest, "the model is served through the other provider API",
+	{ReasonWrongAPI, EmitLLM, http.StatusBadRequest, "the model is served through the other provider API, on an endpoint airlock does not translate (completions, embeddings, count_tokens)",
 		"call the endpoint the error message names"},
 	{ReasonOutputCap, EmitLLM, http.StatusBadRequest, "the output limit asked for exceeds the model's maxOutputTokens",
 		"lower max_tokens"},
