@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/internal/fakellm"
 )
@@ -179,7 +180,11 @@ func prose(n int) string {
 }
 
 func TestLargePromptUnderTokensPerMinute(t *testing.T) {
-	e := newEnv(t, setup{openai: fakellm.Config{CountInput: true}, llmExtra: gpt4oModel + "    budget: {tokensPerMinute: 200000}\n"})
+	// The clock stands still: the bucket refills 3 333 tokens a second, so on a slow machine
+	// (two 600 KB prompts tokenized under -race) a real clock could refill it between calls.
+	frozen := time.Now()
+	e := newEnv(t, setup{openai: fakellm.Config{CountInput: true}, llmExtra: gpt4oModel + "    budget: {tokensPerMinute: 200000}\n",
+		now: func() time.Time { return frozen }})
 	text := prose(600 << 10)
 	body, _ := json.Marshal(map[string]any{"model": "gpt-4o", "max_tokens": 100,
 		"messages": []any{map[string]any{"role": "user", "content": text}}})

@@ -55,6 +55,7 @@ type env struct {
 	oaURL     string
 	anURL     string
 	proxy     *Proxy
+	now       func() time.Time // the proxy's clock; nil means time.Now
 	ledger    *Ledger
 	stateDir  string
 	URL       string // http://127.0.0.1:port of the proxy
@@ -106,6 +107,7 @@ type setup struct {
 	llmExtra          string // appended under spec.llm (indented four spaces)
 	stateDir          string
 	backupURL         string
+	now               func() time.Time // the proxy's clock; nil means time.Now
 }
 
 func newEnv(t testing.TB, s setup) *env {
@@ -135,6 +137,7 @@ func newEnv(t testing.TB, s setup) *env {
 		e.stateDir = t.TempDir()
 	}
 	e.keys = mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}
+	e.now = s.now
 	e.start(pol)
 	return e
 }
@@ -150,7 +153,7 @@ func (e *env) start(pol *policy.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond})
+	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now})
 	if err != nil {
 		t.Fatal(err)
 	}
