@@ -28,6 +28,7 @@ const (
 	KindLLM        Kind = "llm"        // one model call
 	KindCredential Kind = "credential" // a credential injection, failure or misuse
 	KindPolicy     Kind = "policy"     // a policy load or reload
+	KindAudit      Kind = "audit"      // the audit log's own events (an outage it recovered from)
 )
 
 // Decision values of the contract.
@@ -91,4 +92,16 @@ type Event struct {
 	// Prompt is a model call's prompt text, redacted, only when the policy sets
 	// llm.logPrompts.
 	Prompt string
+	// RequestID identifies one HTTP request: the client's X-Request-Id, else one the proxy
+	// made up and echoed back in the response's X-Request-Id header.
+	RequestID string
+	// Phase is PhaseDecision for the event written before a request is answered or
+	// forwarded; "" for the event that records how it ended (the canonical line).
+	Phase string
+	// Count is how many denials a flood summary stands for (0 and 1: just this one).
+	Count int64
 }
+
+// PhaseDecision marks the event an HTTP request's decision is recorded in before the
+// request goes upstream; the request's canonical event (Phase "") follows when it ends.
+const PhaseDecision = "decision"

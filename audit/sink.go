@@ -18,14 +18,3 @@ type Sink interface {
 
 // Interface guard.
 var _ Sink = (*Logger)(nil)
-
-// Health returns the first write error the Logger met (a full disk, a closed pipe), nil
-// while every write has succeeded. A Discard Logger is always healthy.
-func (l *Logger) Health() error {
-	if l.discard {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.writeErr
-}
