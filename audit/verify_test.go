@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -174,8 +175,14 @@ func TestRotationContinuesTheChain(t *testing.T) {
 	key := testKey(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.log")
+	var mu sync.Mutex
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	clock := func() time.Time { now = now.Add(time.Millisecond); return now }
+	clock := func() time.Time { // distinct rotated names without waiting for the real clock
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(time.Millisecond)
+		return now
+	}
 	for run := range 2 { // a restart in between: the chain continues from the newest file
 		l, err := New(Options{Writer: io.Discard, File: path, Key: key, MaxBytes: 1024, Now: clock})
 		if err != nil {
