@@ -22,7 +22,7 @@ const (
 // requestID returns the client's X-Request-Id when it is short printable ASCII, else a new
 // random one.
 func requestID(h http.Header) string {
-	if id := h.Get(headerRequestID); id != "" && len(id) <= maxRequestID && printable(id) {
+	if id := h.Get(headerRequestID); h != nil && id != "" && len(id) <= maxRequestID && printable(id) {
 		return id
 	}
 	var b [16]byte
@@ -94,4 +94,60 @@ func (x *exchange) event(decision string, d policy.Decision) audit.Event {
 		Method: x.method, Path: x.path, Status: x.status, BytesUp: x.up.Load(),
 		BytesDown: x.down.Load(), Duration: time.Since(x.start), Secrets: x.secrets, Client: x.o.client,
 		Policy: x.pol.Name(), Error: x.errText, RequestID: x.reqID}
+}
+
+// recordDecision writes an allowed tunnel's decision event before anything is dialled or
+// answered, and returns nil; when the audit log cannot be written it returns the 503 that
+// refuses the tunnel instead.
+func (t *tunnel) recordDecision() *http.Response {
+	decision, d := t.outcome()
+	ev := t.event(decision, d)
+	ev.Phase = audit.PhaseDecision
+	if err := audit.Commit(t.p.cfg.Audit, ev); err != nil {
+		t.mu.Lock()
+		t.recorded = true
+		t.mu.Unlock()
+		return t.answer(failResponse(nil, policy.ReasonAuditUnavailable, t.host, t.port))
+	}
+	return nil
+}
+
+// respond records resp's status and writes the tunnel's event before resp is released
+// (through the flood summariser for a refusal); when the log cannot be written it answers
+// 503 audit_unavailable instead.
+func (t *tunnel) respond(resp *http.Response) *http.Response {
+	decision, d := t.outcome()
+	t.setStatus(resp.StatusCode)
+	ev := t.event(decision, d)
+	ev.BytesDown = max(resp.ContentLength, 0)
+	commit := audit.Commit
+	if decision == audit.DecisionDeny {
+		commit = audit.CommitDenial
+	}
+	err := commit(t.p.cfg.Audit, ev)
+	t.mu.Lock()
+	t.recorded = true
+	t.mu.Unlock()
+	if err != nil {
+		_ = resp.Body.Close()
+		resp = failResponse(nil, policy.ReasonAuditUnavailable, t.host, t.port)
+	}
+	return t.answer(resp)
+}
+
+// answer records resp's status and request id.
+func (t *tunnel) answer(resp *http.Response) *http.Response {
+	t.setStatus(resp.StatusCode)
+	resp.Header.Set(headerAirlockRequestID, t.reqID)
+	return resp
+}
+
+// event is the tunnel's audit event as it stands.
+func (t *tunnel) event(decision string, d policy.Decision) audit.Event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return audit.Event{Time: t.at, Kind: audit.KindConnect, Decision: decision, Rule: d.Rule,
+		Reason: string(d.Reason), Detail: d.Detail, Destination: t.dest, Addr: t.addr,
+		Status: t.status, BytesUp: t.up.Load(), BytesDown: t.down.Load(), Duration: time.Since(t.start),
+		Client: t.client, Policy: t.pol.Name(), Error: t.errText, RequestID: t.reqID}
 }

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -157,5 +160,42 @@ func TestConcurrentDenialFloodIsSummarised(t *testing.T) {
 	}
 	if sum != workers*each || events >= workers*each/2 {
 		t.Fatalf("%d denials made %d events counting %d; want fewer events counting all", workers*each, events, sum)
+	}
+}
+
+// connect sends a CONNECT for target with X-Request-Id id and returns the response head.
+func connect(t *testing.T, addr, target, id string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nX-Request-Id: %s\r\n\r\n", target, target, id)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestConnectWritesBeforeAnswering(t *testing.T) {
+	h := newHarness(t, mustPolicy(t, policyDoc("basic", "enforce", basicEgress)))
+	h.route(addrAPI, 443, httpServer(t, echo()))
+	for _, tc := range []struct {
+		target, id string
+		status     int
+		decision   string
+	}{
+		{"api.test:443", "tunnel-ok", http.StatusOK, "allow"},
+		{"evil.test:443", "tunnel-denied", http.StatusForbidden, "deny"},
+	} {
+		resp := connect(t, h.addr, tc.target, tc.id)
+		if resp.StatusCode != tc.status || resp.Header.Get(headerAirlockRequestID) != tc.id {
+			t.Errorf("%s: got %d with id %q, want %d with %q", tc.target, resp.StatusCode, resp.Header.Get(headerAirlockRequestID), tc.status, tc.id)
+		}
+		if evs := eventsWithID(t, h.log, tc.id); len(evs) != 1 || evs[0]["decision"] != tc.decision || evs[0]["kind"] != "connect" {
+			t.Errorf("%s: events %v in the log when the answer arrived, want one %s event", tc.target, evs, tc.decision)
+		}
 	}
 }
