@@ -63,6 +63,7 @@ func commands() []command {
 		{"sandbox", "create, enter, list and remove local sandboxes (sandbox create|exec|list|delete|reap|doctor)", sandboxCmd},
 		{"webhook", "serve the Kubernetes admission webhook that injects the sidecar into labelled pods", webhookCmd},
 		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
+		{"audit", "verify audit logs, make the checkpoint signing key, export evidence packs (audit verify|keygen|pubkey|export)", auditCmd},
 		{"version", "print the version", versionCmd},
 	}
 }
