@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/llmproxy"
+	"github.com/airlock-dev/airlock/sandbox"
 )
 
 // chainedLog writes n events with the signing key at keyFile and returns the log's path.
@@ -74,5 +79,77 @@ func TestAuditVerifyCLI(t *testing.T) {
 	}
 	if code, out, _ := airlock(t, "audit", "verify", "--help"); code != 0 || !strings.Contains(out, "Usage: airlock audit verify") {
 		t.Errorf("--help: exit %d, %q", code, out)
+	}
+}
+
+func TestAuditExportLocalSandbox(t *testing.T) {
+	stateDir := t.TempDir()
+	store, err := sandbox.OpenStore(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbDir := store.SandboxDir("sb1")
+	sidecarState := filepath.Join(sbDir, "sidecar")
+	for _, d := range []string{filepath.Join(sidecarState, sidecar.PolicyHistoryDir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policyFile := filepath.Join(sbDir, "policy.yaml")
+	files := map[string]string{
+		policyFile: "apiVersion: airlock/v1\n",
+		filepath.Join(sidecarState, sidecar.PolicyHistoryDir, "20261123T100000.000000000Z-00.yaml"): "v1\n",
+		filepath.Join(sidecarState, llmproxy.LedgerFile):                                            "{}\n",
+	}
+	for p, body := range files {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyFile := filepath.Join(sidecarState, sidecar.AuditKeyFile)
+	if code, _, errOut := airlock(t, "audit", "keygen", "-o", keyFile); code != 0 {
+		t.Fatal(errOut)
+	}
+	log := chainedLog(t, sbDir, keyFile, 5)
+	if err := store.Save(&sandbox.State{Name: "sb1", Dir: sbDir, Policy: policyFile}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "pack")
+	code, stdout, errOut := airlock(t, "audit", "export", "sb1", "-o", out, "--state-dir", stateDir)
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s %s", code, stdout, errOut)
+	}
+	var m audit.Manifest
+	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	roles := map[string]int{}
+	for _, f := range m.Files {
+		roles[f.Role]++
+		got, err := os.ReadFile(filepath.Join(out, f.Path))
+		if err != nil || fmt.Sprintf("%x", sha256.Sum256(got)) != f.SHA256 {
+			t.Errorf("%s: hash in the manifest does not match the file (%v)", f.Path, err)
+		}
+		if strings.Contains(string(got), "PRIVATE KEY") {
+			t.Errorf("%s: the pack holds the private signing key", f.Path)
+		}
+	}
+	for _, role := range []string{"policy", "policy-history", "audit", "checkpoints", "ledger", "public-key"} {
+		if roles[role] == 0 {
+			t.Errorf("the pack has no %s file: %+v", role, m.Files)
+		}
+	}
+	if !m.Verify.Intact || m.Verify.Events != 5 || m.Verify.SignedSeq != 5 {
+		t.Errorf("manifest verify: %+v, want 5 events intact and signed", m.Verify)
+	}
+	// The pack verifies on its own with the exported public key.
+	code, _, errOut = airlock(t, "audit", "verify", filepath.Join(out, "audit", "audit.log"), "--key", filepath.Join(out, "audit", "signing-key.pub.pem"))
+	if code != 0 {
+		t.Errorf("verify the pack: exit %d: %s", code, errOut)
+	}
+	_ = log
+	if code, _, _ := airlock(t, "audit", "export", "sb1", "-o", out, "--state-dir", stateDir); code == 0 {
+		t.Error("export into a non-empty directory succeeded")
 	}
 }

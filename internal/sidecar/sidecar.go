@@ -181,6 +181,9 @@ func (s *Sidecar) shared() error {
 	if s.audit, err = s.openAudit(stderr); err != nil {
 		return err
 	}
+	if _, err := s.archivePolicy(); err != nil { // evidence only: the sidecar still serves
+		s.log.WithError(err).Warn("policy not archived for evidence packs")
+	}
 	if s.ca, err = proxy.LoadOrCreateCA(s.cfg.StateDir, time.Now); err != nil {
 		s.audit.Close()
 		return err
