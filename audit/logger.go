@@ -75,6 +75,7 @@ type Logger struct {
 
 	floods floods
 	wake   chan struct{}
+	urgent chan struct{} // a Commit caller waits for the next write
 	done   chan struct{} // closed when the writer goroutine has exited
 }
 
@@ -136,7 +137,7 @@ func New(o Options) (*Logger, error) {
 		o.FloodInterval = DefaultFloodInterval
 	}
 	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, opts: o, primary: w,
-		recent: make([]string, o.Keep), wake: make(chan struct{}, 1), done: make(chan struct{})}
+		recent: make([]string, o.Keep), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
 	if o.File != "" {
 		f, err := openLogFile(o.File, o.Now)
 		if err != nil {

@@ -23,6 +23,10 @@ func (l *Logger) Commit(e Event) error {
 	if err != nil || seq == 0 {
 		return err
 	}
+	select { // a caller is waiting: the writer cuts its linger short
+	case l.urgent <- struct{}{}:
+	default:
+	}
 	return l.waitWritten(seq)
 }
 
@@ -70,6 +74,8 @@ func (l *Logger) writeLoop() {
 	}()
 	tick := time.NewTicker(min(l.opts.CheckpointEvery, l.opts.RetryEvery))
 	defer tick.Stop()
+	rest := time.NewTimer(linger)
+	defer rest.Stop()
 	for {
 		select {
 		case <-l.wake:
@@ -81,8 +87,25 @@ func (l *Logger) writeLoop() {
 			return
 		}
 		if ok {
-			time.Sleep(linger)
+			l.rest(rest)
 		}
+	}
+}
+
+// rest waits a linger after a write, so that logged events gather into one batch, unless a
+// Commit caller is waiting: it is not kept waiting a linger (what arrives while a write is
+// under way still shares the next one).
+func (l *Logger) rest(t *time.Timer) {
+	select {
+	case <-l.urgent:
+		return
+	default:
+	}
+	t.Reset(linger)
+	select {
+	case <-t.C:
+	case <-l.urgent:
+		t.Stop() // Go 1.23 timers: Reset and Stop discard a stale tick, no drain needed
 	}
 }
 
