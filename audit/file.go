@@ -178,6 +178,10 @@ func (lf *logFile) rotate() error {
 	}
 	f, err := os.OpenFile(lf.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
+		// Put the file back, so that the retry rotates it again rather than finding it gone.
+		if rerr := os.Rename(dst, lf.path); rerr != nil {
+			return errors.Join(fmt.Errorf("open audit log: %w", err), fmt.Errorf("restore audit log: %w", rerr))
+		}
 		return fmt.Errorf("open audit log: %w", err)
 	}
 	_ = lf.f.Close()

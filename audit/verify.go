@@ -182,8 +182,10 @@ func parseVLine(path string, no int, text []byte) vline {
 		Msg  string  `json:"msg"`
 	}
 	switch {
+	case !bytes.HasPrefix(bytes.TrimSpace(text), []byte{'{'}):
+		l.skip = true // not JSON: another program's output on a captured stderr
 	case json.Unmarshal(text, &c) != nil:
-		l.junk = true
+		l.junk = true // a torn line, or one edited into invalid JSON
 	case c.Msg != "audit":
 		l.skip = true
 	case c.Seq != nil:

@@ -79,6 +79,9 @@ func TestVerifyNamesTheTamperedLine(t *testing.T) {
 		{"one line deleted", func(p string) {
 			editLines(t, p, func(l []string) []string { return append(l[:4:4], l[5:]...) })
 		}, ProblemRemoved, 5},
+		{"one line replaced by text", func(p string) {
+			editLines(t, p, func(l []string) []string { l[4] = "not an audit line"; return l })
+		}, ProblemRemoved, 6},
 		{"two lines swapped", func(p string) {
 			editLines(t, p, func(l []string) []string { l[4], l[5] = l[5], l[4]; return l })
 		}, ProblemReordered, 5},
@@ -165,7 +168,7 @@ func TestVerifyTellsATornLineFromTampering(t *testing.T) {
 		t.Fatalf("after restart: got tampered %v, torn %v, last seq %d; want intact, line 6 torn, seq 6", rep.Tampered, rep.Torn, rep.LastSeq)
 	}
 	// Garbage put in the middle of the chain is not a torn line.
-	editLines(t, path, func(l []string) []string { l[2] = "garbage"; return l })
+	editLines(t, path, func(l []string) []string { l[2] = `{"garbage"`; return l })
 	if rep, _ = Verify([]string{path}, pub); rep.Intact() || rep.Tampered.Line != 3 {
 		t.Fatalf("garbage line: got %v, want tampering at line 3", rep.Tampered)
 	}
@@ -240,5 +243,31 @@ func TestKeyPEMRoundTrip(t *testing.T) {
 		if err != nil || !bytes.Equal(pub, key.Public().(ed25519.PublicKey)) {
 			t.Fatalf("public from %q: got %v, %v", b[:20], pub, err)
 		}
+	}
+}
+
+func TestVerifyReadsACapturedStderr(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := New(Options{Writer: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := l.Commit(Event{Kind: KindDNS, Decision: DecisionAllow, Destination: fmt.Sprintf("n%d.test", i)}); err != nil {
+			t.Fatal(err)
+		}
+		buf.WriteString(`{"level":"info","msg":"policy reloaded","time":"2026-11-23T10:00:00Z"}` + "\n")
+		buf.WriteString("2026/11/23 10:00:00 http: TLS handshake error from 127.0.0.1:1: EOF\n")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "stderr.log")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify([]string{path}, nil)
+	if err != nil || !rep.Intact() || rep.Events != 4 {
+		t.Fatalf("got %v (%d events), %v; want 4 intact events among the log lines", rep.Tampered, rep.Events, err)
 	}
 }
