@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -127,5 +128,51 @@ func TestAuditFullDiskFailsClosedAndRecovers(t *testing.T) {
 	b, _ := os.ReadFile(cfg.AuditLog)
 	if !strings.Contains(string(b), `"kind":"audit"`) {
 		t.Errorf("the log does not record the outage")
+	}
+}
+
+// Every policy the sidecar loads is archived for evidence packs (the reload's audit event
+// names the copy), and Close signs a last checkpoint covering the whole log.
+func TestPolicyArchiveAndShutdownCheckpoint(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writePolicy(t, file, fmt.Sprintf(inprocPolicy, 443))
+	hup := make(chan os.Signal)
+	var stderr syncBuffer
+	cfg := testConfig(t, file, &stderr)
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	cfg.ReloadSignal = hup
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writePolicy(t, file, fmt.Sprintf(inprocPolicy, 8443))
+	select {
+	case hup <- syscall.SIGHUP:
+	case <-ctx.Done():
+		t.Fatal("the reloader does not take signals")
+	}
+	s.reload.sync(ctx)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hist, _ := filepath.Glob(filepath.Join(cfg.StateDir, PolicyHistoryDir, "*.yaml"))
+	if len(hist) != 2 {
+		t.Fatalf("policy history: got %v, want the first policy and the reloaded one", hist)
+	}
+	if b, _ := os.ReadFile(hist[1]); !strings.Contains(string(b), "8443") {
+		t.Errorf("the newest archived policy is not the reloaded one:\n%s", b)
+	}
+	log, _ := os.ReadFile(cfg.AuditLog)
+	if !strings.Contains(string(log), `"detail":"archived as `+filepath.Join(PolicyHistoryDir, filepath.Base(hist[1]))) {
+		t.Errorf("the reload event does not name the archived copy:\n%s", log)
+	}
+	rep, err := audit.Verify([]string{cfg.AuditLog}, nil)
+	if err != nil || !rep.Intact() || rep.LastSeq == 0 || rep.SignedSeq != rep.LastSeq {
+		t.Fatalf("verify: %+v, %v; want intact and signed up to the last line", rep, err)
 	}
 }
