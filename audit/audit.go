@@ -12,7 +12,14 @@
 // told apart from them. encode.go is the only encoder of an Event: Logger.Recent decodes the
 // lines it kept rather than encoding events a second way.
 //
-// Callers hold a Sink (sink.go), the seam for durability and signing, not a *Logger.
+// Callers hold a Sink (sink.go), the seam for durability and signing, not a *Logger; those
+// that answer a request write its event first with Commit or CommitDenial.
+//
+// The package also owns the audit trail's integrity: the hash chain every line carries (seq,
+// prev), the file's rotation (file.go), the Ed25519-signed checkpoints written to a second
+// file (checkpoint.go), the summaries that fold a flood of denials into counted events
+// (flood.go), Verify, which checks files and checkpoints and names the first line changed,
+// removed, reordered or truncated (verify.go), and evidence packs (pack.go).
 package audit
 
 import "time"
