@@ -36,9 +36,6 @@ type CreateOptions struct {
 	Environment string
 }
 
-// managedBy labels what CreatePod writes.
-var managedBy = map[string]string{"app.kubernetes.io/managed-by": "airlock"}
-
 // CreatePod creates a pod labelled for injection (the webhook adds the sidecar when the API
 // server admits it) and, with PolicyFile, its policy ConfigMap; it returns the pod as the API
 // server stored it. An invalid policy file creates nothing.
@@ -64,6 +61,10 @@ func CreatePod(ctx context.Context, client API, o CreateOptions) (*corev1.Pod, e
 
 func (o *CreateOptions) defaults() error {
 	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("sandbox name %q: %s", o.Name, errs[0])
+	}
+	// The name is also the pod's LabelSandbox, which sandbox list and delete select on.
+	if errs := validation.IsValidLabelValue(o.Name); len(errs) > 0 {
 		return fmt.Errorf("sandbox name %q: %s", o.Name, errs[0])
 	}
 	if o.Image == "" {
@@ -118,8 +119,11 @@ func applyConfigMap(ctx context.Context, client API, o CreateOptions, data []byt
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: managedBy},
-			Data:       map[string]string{o.PolicyKey: string(data)},
+			// LabelSandbox: DeleteSandbox removes the ConfigMap it made along with the pod.
+			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: map[string]string{
+				"app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name,
+			}},
+			Data: map[string]string{o.PolicyKey: string(data)},
 		}
 		if _, err := client.CreateConfigMap(ctx, cm); err != nil {
 			return fmt.Errorf("create policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
@@ -148,10 +152,7 @@ func (o *CreateOptions) pod() *corev1.Pod {
 	if o.Environment != "" {
 		annotations[AnnotationEnvironment] = o.Environment
 	}
-	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock"}
-	if len(validation.IsValidLabelValue(o.Name)) == 0 {
-		labels[LabelSandbox] = o.Name
-	}
+	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name}
 	noToken := false
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

@@ -13,7 +13,7 @@ import (
 // expanded by the kubelet from the sidecar's own env (the downward API variables below).
 func (o *Options) sidecarArgs(environment, policyKey string) []string {
 	loop := func(port int32) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-	return []string{
+	args := []string{
 		"run",
 		"--policy", path.Join(policyDir, policyKey),
 		"--proxy-addr", loop(o.ProxyPort),
@@ -37,6 +37,7 @@ func (o *Options) sidecarArgs(environment, policyKey string) []string {
 		// out of its reach even where the BPF LSM cannot refuse them.
 		"--packet-guard", "best-effort",
 	}
+	return append(args, o.Vault.args()...)
 }
 
 // sidecar is the injected native sidecar: an init container with restartPolicy Always, so it
@@ -91,13 +92,13 @@ func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 			RunAsUser:    &root,
 			RunAsNonRoot: &nonRoot,
 		},
-		VolumeMounts: []corev1.VolumeMount{
+		VolumeMounts: append([]corev1.VolumeMount{
 			{Name: volumePolicy, MountPath: policyDir, ReadOnly: true},
 			{Name: volumeState, MountPath: stateDir},
 			{Name: volumeCA, MountPath: CADir},
 			{Name: volumeBPF, MountPath: bpfDir, MountPropagation: &hostToContainer},
 			{Name: volumeCgroup, MountPath: cgroupRootPath, ReadOnly: true},
-		},
+		}, o.Vault.mounts()...),
 	}
 }
 

@@ -1,8 +1,9 @@
 // Command probe is the test cluster's only workload program, static and dependency-free in
 // its image (internal/kubecluster builds it): "pause" is the pod sandbox's process, "sleep"
 // an app container that waits to be exec'd into, and "http", "dial" and "dns" are what a test
-// runs in a pod (kubectl exec) to see what the pod's network lets through. Each prints one
-// line of key=value results and exits 0 when it could tell.
+// runs in a pod (kubectl exec) to see what the pod's network lets through; "find" looks for a
+// string in the container's environment and files. Each prints one line of key=value results
+// and exits 0 when it could tell.
 package main
 
 import (
@@ -27,7 +28,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME")
+		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|find STRING")
 		os.Exit(2)
 	}
 	var err error
@@ -40,6 +41,8 @@ func main() {
 		dial(os.Args[2])
 	case "dns":
 		err = lookup(os.Args[2])
+	case "find":
+		find(os.Args[2])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -147,4 +150,44 @@ func nameserver() (string, error) {
 		}
 	}
 	return "", errors.New("resolv.conf names no nameserver")
+}
+
+// find looks for s in the environment and in every regular file of the container (outside
+// /proc, /sys and /dev), and says whether the container has a service-account token
+// directory: "found=none files=N secrets=absent" when s is nowhere.
+func find(s string) {
+	var found []string
+	for _, e := range os.Environ() {
+		if strings.Contains(e, s) {
+			found = append(found, "env:"+strings.SplitN(e, "=", 2)[0])
+		}
+	}
+	files := 0
+	_ = filepath.WalkDir("/", func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir() && (path == "/proc" || path == "/sys" || path == "/dev"):
+			return filepath.SkipDir
+		case !d.Type().IsRegular():
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		files++
+		if strings.Contains(string(b), s) {
+			found = append(found, path)
+		}
+		return nil
+	})
+	secrets := "absent"
+	if _, err := os.Stat("/var/run/secrets"); err == nil {
+		secrets = "present"
+	}
+	if len(found) == 0 {
+		found = []string{"none"}
+	}
+	fmt.Printf("found=%s files=%d secrets=%s\n", strings.Join(found, ","), files, secrets)
 }
