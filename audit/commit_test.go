@@ -174,3 +174,29 @@ func TestFloodOfDenialsIsSummarised(t *testing.T) {
 	}
 	t.Logf("%d denials in %v: %d events", sum, elapsed, events)
 }
+
+func TestKernelDenialFloodIsSummarisedWithoutWaiting(t *testing.T) {
+	var buf switchWriter
+	l, err := New(Options{Writer: &buf, FloodInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100_000 { // one reader goroutine, as the ring buffer's: it never waits an interval
+		l.LogDenial(Event{Kind: KindConnect, Decision: DecisionDeny, Reason: "kernel_not_allowed", Destination: "198.18.0.9:443"})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := buf.snapshot()
+	var events, sum int64
+	if err := Read(bytes.NewReader(b), "log", func(e Event, _ int) error {
+		events++
+		sum += max(e.Count, 1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if events != 2 || sum != 100_000 {
+		t.Fatalf("got %d events counting %d, want the first and one summary counting 100000", events, sum)
+	}
+}

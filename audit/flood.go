@@ -52,6 +52,18 @@ func (f *floods) init(l *Logger) {
 // So a flood to one destination costs at most one event per interval, each persisted before
 // the denials it counts are answered, and the counts add up to the denials.
 func (l *Logger) CommitDenial(e Event) error {
+	return l.denial(e, true)
+}
+
+// LogDenial is CommitDenial for a denial nobody waits on (a kernel deny event read from the
+// ring buffer: the kernel has refused already): it folds the denial into the same summaries
+// but returns at once.
+func (l *Logger) LogDenial(e Event) {
+	_ = l.denial(e, false)
+}
+
+// denial records a denial through the flood summaries, waiting for its event with wait.
+func (l *Logger) denial(e Event, wait bool) error {
 	if l.discard {
 		return nil
 	}
@@ -72,6 +84,10 @@ func (l *Logger) CommitDenial(e Event) error {
 			f.m[k] = &floodState{last: now}
 		}
 		f.mu.Unlock()
+		if !wait {
+			l.Log(e)
+			return nil
+		}
 		return l.Commit(e)
 	}
 	g := st.group
@@ -82,6 +98,9 @@ func (l *Logger) CommitDenial(e Event) error {
 	}
 	g.count++
 	f.mu.Unlock()
+	if !wait {
+		return nil
+	}
 	<-g.done
 	return g.err
 }
