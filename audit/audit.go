@@ -12,7 +12,14 @@
 // told apart from them. encode.go is the only encoder of an Event: Logger.Recent decodes the
 // lines it kept rather than encoding events a second way.
 //
-// Callers hold a Sink (sink.go), the seam for durability and signing, not a *Logger.
+// Callers hold a Sink (sink.go), the seam for durability and signing, not a *Logger; those
+// that answer a request write its event first with Commit or CommitDenial.
+//
+// The package also owns the audit trail's integrity: the hash chain every line carries (seq,
+// prev), the file's rotation (file.go), the Ed25519-signed checkpoints written to a second
+// file (checkpoint.go), the summaries that fold a flood of denials into counted events
+// (flood.go), Verify, which checks files and checkpoints and names the first line changed,
+// removed, reordered or truncated (verify.go), and evidence packs (pack.go).
 package audit
 
 import "time"
@@ -28,6 +35,7 @@ const (
 	KindLLM        Kind = "llm"        // one model call
 	KindCredential Kind = "credential" // a credential injection, failure or misuse
 	KindPolicy     Kind = "policy"     // a policy load or reload
+	KindAudit      Kind = "audit"      // the audit log's own events (an outage it recovered from)
 )
 
 // Decision values of the contract.
@@ -91,4 +99,16 @@ type Event struct {
 	// Prompt is a model call's prompt text, redacted, only when the policy sets
 	// llm.logPrompts.
 	Prompt string
+	// RequestID identifies one HTTP request: the client's X-Request-Id, else one the proxy
+	// made up and echoed back in the response's X-Request-Id header.
+	RequestID string
+	// Phase is PhaseDecision for the event written before a request is answered or
+	// forwarded; "" for the event that records how it ended (the canonical line).
+	Phase string
+	// Count is how many denials a flood summary stands for (0 and 1: just this one).
+	Count int64
 }
+
+// PhaseDecision marks the event an HTTP request's decision is recorded in before the
+// request goes upstream; the request's canonical event (Phase "") follows when it ends.
+const PhaseDecision = "decision"

@@ -6,9 +6,10 @@ import (
 	"unicode/utf8"
 )
 
-// appendJSON appends e as one JSON line (with the trailing newline). Optional fields are left
-// out when zero; bytes_up, bytes_down and would_deny are always present.
-func (e Event) appendJSON(b []byte) []byte {
+// appendBody appends e as a JSON object without its closing: the chain fields and the
+// closing (appendTail) follow once the line's place in the chain is known. Optional fields
+// are left out when zero; bytes_up, bytes_down and would_deny are always present.
+func (e Event) appendBody(b []byte) []byte {
 	b = append(b, `{"time":"`...)
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
@@ -50,7 +51,25 @@ func (e Event) appendJSON(b []byte) []byte {
 	b = appendField(b, "policy", e.Policy, false)
 	b = appendField(b, "error", e.Error, false)
 	b = e.appendLLM(b)
-	return append(b, `,"level":"info","msg":"audit"}`+"\n"...)
+	b = appendField(b, "request_id", e.RequestID, false)
+	b = appendField(b, "phase", e.Phase, false)
+	if e.Count > 1 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, e.Count, 10)
+	}
+	return b
+}
+
+// appendTail closes a line begun by appendBody: its sequence number, the hash of the line
+// before it, the logrus markers and the newline.
+func appendTail(b []byte, seq uint64, prev *[32]byte) []byte {
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"prev":"`...)
+	for _, c := range prev {
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return append(b, `","level":"info","msg":"audit"}`+"\n"...)
 }
 
 func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,42 +22,90 @@ const maxPending = 1 << 20
 // once, since the writer is then already waiting for it. Close may wait one linger longer.
 const linger = time.Millisecond
 
-// Logger writes events as JSON lines to a writer (stderr by default) and optionally a file.
-// It is safe for concurrent use. Log encodes the event and hands it to a writer goroutine,
-// which writes everything that arrived since its last write in one call per sink (group
-// commit): under load many events share one write system call, and a request never waits for
-// the disk. Close writes what is pending. The zero value is not usable; call New.
+// Defaults of Options.
+const (
+	DefaultCheckpointEvery = 10 * time.Second
+	DefaultRetryEvery      = 250 * time.Millisecond
+	DefaultFloodInterval   = 100 * time.Millisecond
+)
+
+// Logger writes events as JSON lines, chained by hash (each line carries its sequence
+// number and the SHA-256 of the line before it), to a file (rotated by size and age, the
+// chain continuing across files) or, without one, to a writer. It is safe for concurrent use.
+//
+// Log encodes the event and hands it to a writer goroutine, which writes everything that
+// arrived since its last write in one call (group commit): under load many events share one
+// write system call. Commit does the same and waits until its batch's write(2) is done, so a
+// caller can release a response only once its event is in the file. A failed write (a full
+// disk, a read-only file system) keeps the batch, makes Health and Commit report the error,
+// and is retried until it succeeds. With a signing key, the writer appends Ed25519-signed
+// checkpoints of the chain to a second file at rotation, at Close and periodically.
+// The zero value is not usable; call New.
 type Logger struct {
 	discard bool // Discard's Logger: no sinks, no writer goroutine
 	redact  func([]byte) []byte
 	sandbox string
 	now     func() time.Time
-	sinks   []io.Writer
-	file    *os.File
+	opts    Options
+	primary io.Writer // the writer when there is no file, else nil
+	mirror  io.Writer // the writer when there is a file (best effort), else nil
+	file    *logFile
+	cp      *checkpointer // nil without a key
 
-	// mu guards pending, closed, the ring of recent events (recent, next, full) and writeErr;
-	// wake and space are signalled under it.
-	mu       sync.Mutex
-	wake     *sync.Cond // the writer waits here for pending lines or close
-	space    *sync.Cond // Log waits here while pending is over maxPending
-	pending  []byte
-	closed   bool
-	recent   []string // encoded (and redacted) lines, a ring
-	next     int
-	full     bool
-	writeErr error
+	// mu guards pending and everything below it; flushed and space are signalled under it.
+	mu          sync.Mutex
+	flushed     *sync.Cond // Commit waits here for its line's write
+	space       *sync.Cond // Log waits here while pending is over maxPending
+	pending     []byte
+	spare       []byte
+	seq         uint64   // the last sequence number given out
+	prev        [32]byte // the hash of line seq
+	written     uint64   // the last sequence number written to the primary sink
+	writtenHash [32]byte
+	failedUpTo  uint64 // the last line of the batch whose write last failed
+	writeErr    error  // nil while the primary sink takes writes
+	cpErr       error  // nil while checkpoints are written
+	refused     int64  // Commit calls refused while writeErr was set
+	downSince   time.Time
+	closed      bool
+	exited      bool
+	recent      []string // encoded (and redacted) lines, a ring
+	next        int
+	full        bool
 
-	done chan struct{} // closed when the writer goroutine has written everything and exited
+	floods floods
+	wake   chan struct{}
+	urgent chan struct{} // a Commit caller waits for the next write
+	done   chan struct{} // closed when the writer goroutine has exited
 }
 
 // Options configures a Logger. The zero value writes to stderr with sandbox name "".
 type Options struct {
 	// Sandbox is the name put in events that have none.
 	Sandbox string
-	// Writer receives the JSON lines; nil means os.Stderr.
+	// Writer receives the JSON lines; nil means os.Stderr. With File set it is a best-effort
+	// copy (the sidecar's stderr); without, it is where the chain is written.
 	Writer io.Writer
-	// File, when non-empty, is also appended to (created 0600 if missing).
+	// File, when non-empty, is appended to (created 0600 if missing); the chain continues
+	// from its last complete line (or from the newest rotated file beside it).
 	File string
+	// MaxBytes and MaxAge rotate File (renamed to File.<UTC time>) once it holds that many
+	// bytes or is that old; 0 never rotates on that ground.
+	MaxBytes int64
+	MaxAge   time.Duration
+	// Key signs checkpoints of the chain; nil writes none.
+	Key ed25519.PrivateKey
+	// Checkpoints is the file checkpoints are appended to; "" means File + ".checkpoints"
+	// (or no checkpoints without File).
+	Checkpoints string
+	// CheckpointEvery is the period of checkpoints (when something was written since the
+	// last); 0 means DefaultCheckpointEvery.
+	CheckpointEvery time.Duration
+	// RetryEvery is how often a failed write is retried; 0 means DefaultRetryEvery.
+	RetryEvery time.Duration
+	// FloodInterval is the span in which denials to one destination share one event after
+	// the first (CommitDenial); 0 means DefaultFloodInterval.
+	FloodInterval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Keep is how many recent events Recent returns (for the admin /v1/decisions endpoint);
@@ -69,26 +118,48 @@ type Options struct {
 }
 
 // New returns a Logger and starts its writer goroutine; Close stops it. It opens
-// Options.File when set.
+// Options.File when set and reads where the chain left off.
 func New(o Options) (*Logger, error) {
 	w := o.Writer
 	if w == nil {
 		w = os.Stderr
 	}
-	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, sinks: []io.Writer{w}, recent: make([]string, o.Keep), done: make(chan struct{})}
-	if l.now == nil {
-		l.now = time.Now
+	if o.Now == nil {
+		o.Now = time.Now
 	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.RetryEvery <= 0 {
+		o.RetryEvery = DefaultRetryEvery
+	}
+	if o.FloodInterval <= 0 {
+		o.FloodInterval = DefaultFloodInterval
+	}
+	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, opts: o, primary: w,
+		recent: make([]string, o.Keep), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
 	if o.File != "" {
-		f, err := os.OpenFile(o.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := openLogFile(o.File, o.Now)
 		if err != nil {
-			return nil, fmt.Errorf("open audit log: %w", err)
+			return nil, err
 		}
-		l.file = f
-		l.sinks = append(l.sinks, f)
+		l.file, l.primary, l.mirror = f, nil, w
+		l.seq, l.prev = f.seq, f.prev
+		l.written, l.writtenHash = f.seq, f.prev
+		if o.Key != nil {
+			path := o.Checkpoints
+			if path == "" {
+				path = o.File + ".checkpoints"
+			}
+			if l.cp, err = openCheckpointer(path, o.Key, o.Sandbox, f.seq); err != nil {
+				_ = f.close()
+				return nil, err
+			}
+		}
 	}
-	l.wake = sync.NewCond(&l.mu)
+	l.flushed = sync.NewCond(&l.mu)
 	l.space = sync.NewCond(&l.mu)
+	l.floods.init(l)
 	go l.writeLoop()
 	return l, nil
 }
@@ -102,8 +173,15 @@ func Discard() *Logger {
 // Log records one event. It returns once the event is queued for writing; after Close it
 // drops the event.
 func (l *Logger) Log(e Event) {
+	l.enqueue(e, false)
+}
+
+// enqueue encodes e, gives it the next sequence number and queues it. With refuseDown it
+// queues nothing while the primary sink is failing and returns that error. It returns the
+// line's sequence number (0 when nothing was queued).
+func (l *Logger) enqueue(e Event, refuseDown bool) (uint64, error) {
 	if l.discard {
-		return
+		return 0, nil
 	}
 	if e.Time.IsZero() {
 		e.Time = l.now()
@@ -113,26 +191,39 @@ func (l *Logger) Log(e Event) {
 	}
 	bp := lineBufs.Get().(*[]byte)
 	defer putLineBuf(bp)
-	*bp = e.appendJSON((*bp)[:0])
-	line := *bp
+	*bp = e.appendBody((*bp)[:0])
+	body := *bp
 	if l.redact != nil {
-		line = l.redact(line)
+		body = l.redact(body)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if refuseDown && l.writeErr != nil {
+		l.refused++
+		return 0, l.writeErr
+	}
 	for len(l.pending) > maxPending && !l.closed {
 		l.space.Wait()
 	}
 	if l.closed {
-		return
+		return 0, ErrClosed
 	}
-	l.pending = append(l.pending, line...)
+	l.seq++
+	start := len(l.pending)
+	l.pending = append(l.pending, body...)
+	l.pending = appendTail(l.pending, l.seq, &l.prev)
+	line := l.pending[start : len(l.pending)-1]
+	l.prev = sha256Line(line)
 	if len(l.recent) > 0 {
-		l.recent[l.next] = string(line) // a copy: line's buffer goes back to the pool
+		l.recent[l.next] = string(line)
 		l.next = (l.next + 1) % len(l.recent)
 		l.full = l.full || l.next == 0
 	}
-	l.wake.Signal()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return l.seq, nil
 }
 
 // lineBufs holds encoding buffers, so that Log (which copies the line into pending) does not
@@ -143,41 +234,6 @@ var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b 
 func putLineBuf(bp *[]byte) {
 	if cap(*bp) <= 64<<10 {
 		lineBufs.Put(bp)
-	}
-}
-
-// writeLoop writes pending lines until the Logger is closed and nothing is pending.
-func (l *Logger) writeLoop() {
-	defer close(l.done)
-	var batch []byte
-	for {
-		l.mu.Lock()
-		for len(l.pending) == 0 && !l.closed {
-			l.wake.Wait()
-		}
-		if len(l.pending) == 0 && l.closed {
-			l.mu.Unlock()
-			return
-		}
-		batch, l.pending = l.pending, batch[:0]
-		l.space.Broadcast()
-		l.mu.Unlock()
-
-		var errs []error
-		for _, w := range l.sinks {
-			if _, err := w.Write(batch); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		l.mu.Lock()
-		if err := errors.Join(errs...); err != nil && l.writeErr == nil {
-			l.writeErr = fmt.Errorf("write audit events: %w", err)
-		}
-		closed := l.closed
-		l.mu.Unlock()
-		if !closed {
-			time.Sleep(linger)
-		}
 	}
 }
 
@@ -201,7 +257,7 @@ func (l *Logger) Recent() []map[string]any {
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.UseNumber()
 		var m map[string]any
-		if err := dec.Decode(&m); err != nil { // cannot happen: appendJSON writes valid JSON
+		if err := dec.Decode(&m); err != nil { // cannot happen: appendBody writes valid JSON
 			m = map[string]any{"error": "undecodable audit line"}
 		}
 		delete(m, "level") // the logrus markers are not part of the event
@@ -211,25 +267,34 @@ func (l *Logger) Recent() []map[string]any {
 	return out
 }
 
-// Close writes every queued event, stops the writer and closes the audit file. It returns
-// the first write error the Logger met, if any. It is idempotent.
+// Close writes every queued event, signs a last checkpoint, stops the writer and closes the
+// files. It returns the write error the Logger was left with, if any. It is idempotent.
 func (l *Logger) Close() error {
 	if l.discard {
 		return nil
 	}
+	l.floods.stop()
 	l.mu.Lock()
 	already := l.closed
 	l.closed = true
-	l.wake.Signal()
 	l.space.Broadcast()
 	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err := l.writeErr
-	if !already && l.file != nil {
-		if cerr := l.file.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close audit log: %w", cerr)
+	err := errors.Join(l.writeErr, l.cpErr)
+	if !already {
+		if l.cp != nil {
+			err = errors.Join(err, l.cp.close())
+		}
+		if l.file != nil {
+			if cerr := l.file.close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("close audit log: %w", cerr))
+			}
 		}
 	}
 	return err

@@ -45,6 +45,9 @@ type line struct {
 	OutputTokens int64     `json:"output_tokens"`
 	CostUSD      float64   `json:"cost_usd"`
 	Prompt       string    `json:"prompt"`
+	RequestID    string    `json:"request_id"`
+	Phase        string    `json:"phase"`
+	Count        int64     `json:"count"`
 	Msg          string    `json:"msg"`
 }
 
@@ -66,13 +69,16 @@ func Decode(b []byte) (Event, error) {
 		Duration: time.Duration(l.DurationMS * float64(time.Millisecond)), Secrets: l.Secrets,
 		Client: l.Client, Policy: l.Policy, Error: l.Error, Model: l.Model, Provider: l.Provider,
 		InputTokens: l.InputTokens, OutputTokens: l.OutputTokens, CostUSD: l.CostUSD, Prompt: l.Prompt,
+		RequestID: l.RequestID, Phase: l.Phase, Count: l.Count,
 	}, nil
 }
 
 // Read reads an audit trail (an --audit-log file, or the sidecar's stderr, where audit lines
 // sit among log lines) and calls fn with each event and its line number (from 1), in order.
-// Blank lines and JSON lines that are not audit events are skipped; a line that is not JSON
-// at all is an error naming the line, as is an error fn returns.
+// Blank lines, JSON lines that are not audit events and decision-phase events (PhaseDecision:
+// each is followed by its request's canonical event, so every request is read once) are
+// skipped; a line that is not JSON at all is an error naming the line, as is an error fn
+// returns. Read does not check the hash chain: Verify does.
 func Read(r io.Reader, name string, fn func(e Event, lineNo int) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
@@ -82,7 +88,7 @@ func Read(r io.Reader, name string, fn func(e Event, lineNo int) error) error {
 			continue
 		}
 		e, err := Decode(b)
-		if errors.Is(err, ErrNotEvent) {
+		if errors.Is(err, ErrNotEvent) || (err == nil && e.Phase == PhaseDecision) {
 			continue
 		}
 		if err != nil {

@@ -19,13 +19,33 @@ type Sink interface {
 // Interface guard.
 var _ Sink = (*Logger)(nil)
 
-// Health returns the first write error the Logger met (a full disk, a closed pipe), nil
-// while every write has succeeded. A Discard Logger is always healthy.
-func (l *Logger) Health() error {
-	if l.discard {
-		return nil
+// Committer is a Sink that can write an event before its caller answers: Commit returns once
+// the event's write is done, CommitDenial once an event covering the denial (itself, or a
+// flood summary counting it) is. *Logger is one.
+type Committer interface {
+	Sink
+	Commit(Event) error
+	CommitDenial(Event) error
+}
+
+// Interface guard.
+var _ Committer = (*Logger)(nil)
+
+// Commit writes e through s and returns once it is written when s is a Committer; any other
+// Sink logs it and returns s.Health(), so that a caller fails closed on a broken log either way.
+func Commit(s Sink, e Event) error {
+	if c, ok := s.(Committer); ok {
+		return c.Commit(e)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.writeErr
+	s.Log(e)
+	return s.Health()
+}
+
+// CommitDenial is Commit for a denial, which a Committer may fold into a flood summary.
+func CommitDenial(s Sink, e Event) error {
+	if c, ok := s.(Committer); ok {
+		return c.CommitDenial(e)
+	}
+	s.Log(e)
+	return s.Health()
 }

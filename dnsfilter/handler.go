@@ -290,14 +290,16 @@ func describeAnswer(qtype uint16, r *dns.Msg) string {
 
 // finish audits and counts the query, then writes the reply (truncated with TC when it does
 // not fit the client's UDP size, so the client asks again over TCP: RFC 7766). The event is
-// logged first so that it is on record before the client can act on the answer.
+// written to the audit log first (record) so that it is on record before the client can
+// act on the answer.
 func (f *Filter) finish(q *query) {
 	f.metrics.counter(f.metrics.queries, q.ev.Decision, q.ev.Reason).Inc()
 	if q.ev.Decision == audit.DecisionReport {
 		q.ev.Detail = "would deny: " + q.ev.Detail
 	}
-	if f.cfg.Audit != nil {
-		f.cfg.Audit.Log(q.ev)
+	if f.cfg.Audit != nil && !f.record(q) {
+		// Fail closed: an answer that cannot be recorded is not given.
+		q.reply.Rcode, q.reply.Answer, q.reply.Ns, q.reply.Extra = dns.RcodeServerFailure, nil, nil, nil
 	}
 	explainDenial(q.reply, q.ev)
 	if q.udpSize > 0 {
@@ -307,4 +309,15 @@ func (f *Filter) finish(q *query) {
 		f.log.WithError(err).Debug("dns filter: write answer")
 	}
 	f.metrics.duration.Observe(f.cfg.Now().Sub(q.start).Seconds())
+}
+
+// record writes the query's event before the answer leaves (a refusal through the flood
+// summariser: repeated refusals of one name share an event with a count). It reports false
+// when the audit log cannot be written.
+func (f *Filter) record(q *query) bool {
+	commit := audit.Commit
+	if q.ev.Decision == audit.DecisionDeny {
+		commit = audit.CommitDenial
+	}
+	return commit(f.cfg.Audit, q.ev) == nil
 }

@@ -89,6 +89,9 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 			w.Header().Set("X-Airlock-Output-Clamped", strconv.FormatInt(granted, 10))
 		}
 	}
+	if !x.recordDecision(w) { // write-before-respond (record.go)
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	at := p.dispatch(ctx, r, c, rt, limit, inject)

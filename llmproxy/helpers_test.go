@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,13 +66,17 @@ type env struct {
 	stopFn    func()
 }
 
-// auditSink collects audit lines.
+// auditSink collects audit lines; while full is set its writes fail as on a full disk.
 type auditSink struct {
-	mu  sync.Mutex
-	buf strings.Builder
+	mu   sync.Mutex
+	buf  strings.Builder
+	full atomic.Bool
 }
 
 func (a *auditSink) Write(p []byte) (int, error) {
+	if a.full.Load() {
+		return 0, syscall.ENOSPC
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.buf.Write(p)

@@ -56,6 +56,7 @@ const (
 	ReasonBodyLimit          Reason = "body_limit"          // the request body is over the limit (413)
 	ReasonNotProxyRequest    Reason = "not_a_proxy_request" // origin-form request sent to the proxy port (400)
 	ReasonUnsupportedScheme  Reason = "unsupported_scheme"  // a scheme other than http or https (400)
+	ReasonAuditUnavailable   Reason = "audit_unavailable"   // the audit log cannot be written: fail closed (503)
 )
 
 // Reasons of the credential broker.
@@ -193,6 +194,8 @@ var reasonCatalogue = []ReasonInfo{
 		"send absolute-form requests or CONNECT (set HTTP_PROXY/HTTPS_PROXY)"},
 	{ReasonUnsupportedScheme, EmitProxy, http.StatusBadRequest, "the URL's scheme is neither http nor https",
 		"use http:// or https://"},
+	{ReasonAuditUnavailable, EmitProxy, http.StatusServiceUnavailable, "the audit log cannot be written (disk full, read-only), so nothing is let through unrecorded",
+		"retry later; the operator frees space on the audit volume (/readyz says why); service resumes without a restart"},
 
 	{ReasonCredentialMisuse, EmitCredentials, http.StatusForbidden, "a credential placeholder went to a destination or location its rule does not bind it to",
 		"send the placeholder only where its rule injects it"},

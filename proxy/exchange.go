@@ -72,17 +72,19 @@ type exchange struct {
 	port   int    // effective port
 	dest   string // host:port as the client asked for it
 	d      policy.Decision
+	reqID  string // the request's ID in its events and its response (record.go)
 	up     atomic.Int64
 	down   atomic.Int64
 	ws     *wsUpgrade // a WebSocket handshake being forwarded (checkUpgrade), or nil
 
 	// mu guards the fields below, which the transport's goroutines also set.
-	mu      sync.Mutex
-	status  int
-	addr    string
-	secrets []string
-	refusal *policy.Decision // what denied the request, if anything did
-	errText string
+	mu       sync.Mutex
+	status   int
+	addr     string
+	secrets  []string
+	refusal  *policy.Decision // what denied the request, if anything did
+	errText  string
+	recorded bool // the request's event was written before it was answered (record)
 
 	once sync.Once
 }
@@ -95,9 +97,9 @@ func (p *Proxy) onRequest(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Reques
 		return r, failResponse(r, policy.ReasonNotProxyRequest, "", 0)
 	}
 	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
-		method: r.Method, path: r.URL.EscapedPath(), host: r.URL.Host, dest: r.URL.Host}
+		method: r.Method, path: r.URL.EscapedPath(), host: r.URL.Host, dest: r.URL.Host, reqID: requestID(r.Header)}
 	gctx.RoundTripper = x
-	return r, x.admit(r)
+	return r, x.record(r, x.admit(r))
 }
 
 // admit checks the names the request carries agree, decides it, and checks its size. It
@@ -347,6 +349,7 @@ func (x *exchange) respond(resp *http.Response) *http.Response {
 	x.mu.Lock()
 	x.status = resp.StatusCode
 	x.mu.Unlock()
+	resp.Header.Set(headerAirlockRequestID, x.reqID)
 	resp.Body = &countingBody{rc: resp.Body, limit: -1, n: &x.down, total: x.p.metrics.bytesDown, onClose: x.finish}
 	return resp
 }
@@ -374,16 +377,14 @@ func (x *exchange) outcome() (string, policy.Decision) {
 func (x *exchange) finish() {
 	x.once.Do(func() {
 		decision, d := x.outcome()
-		dur := time.Since(x.start)
+		ev := x.event(decision, d)
 		x.mu.Lock()
-		ev := audit.Event{Time: x.at, Kind: audit.KindHTTP, Decision: decision, Rule: d.Rule,
-			Reason: string(d.Reason), Detail: d.Detail, Destination: x.dest, Addr: x.addr,
-			Method: x.method, Path: x.path, Status: x.status, BytesUp: x.up.Load(),
-			BytesDown: x.down.Load(), Duration: dur, Secrets: x.secrets, Client: x.o.client,
-			Policy: x.pol.Name(), Error: x.errText}
+		recorded := x.recorded
 		x.mu.Unlock()
-		x.p.cfg.Audit.Log(ev)
-		x.p.metrics.observe(kindHTTP, decision, d.Rule, dur)
+		if !recorded { // answered at admission: its event was written then (record)
+			x.p.cfg.Audit.Log(ev)
+		}
+		x.p.metrics.observe(kindHTTP, decision, d.Rule, ev.Duration)
 		if t := x.o.tunnel; t != nil {
 			t.up.Add(ev.BytesUp)
 			t.down.Add(ev.BytesDown)

@@ -103,6 +103,7 @@ func notProxy(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 	defer client.Close()
 	t := p.newTunnel(kindConnect, client.RemoteAddr())
+	t.reqID = requestID(r.Header)
 	defer t.finish()
 	a, err := parseAuthority(r.URL.Host)
 	if err != nil {
@@ -142,6 +143,7 @@ func (p *Proxy) writeEstablished(t *tunnel, client net.Conn) {
 	t.setStatus(http.StatusOK)
 	var b strings.Builder
 	b.WriteString("HTTP/1.1 200 Connection established\r\n")
+	b.WriteString(headerAirlockRequestID + ": " + t.reqID + "\r\n")
 	if decision, _ := t.outcome(); decision == audit.DecisionReport {
 		b.WriteString(headerDecision + ": " + audit.DecisionReport + "\r\n")
 	}

@@ -130,8 +130,10 @@ func (l *eventLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.buf.Write(p)
-	for range bytes.Count(p, []byte("\n")) {
-		l.lines <- struct{}{}
+	for _, line := range bytes.SplitAfter(p, []byte("\n")) {
+		if bytes.HasSuffix(line, []byte("\n")) && !isDecisionLine(line) {
+			l.lines <- struct{}{}
+		}
 	}
 	return len(p), nil
 }
@@ -157,7 +159,25 @@ func (l *eventLog) text() string {
 	return l.buf.String()
 }
 
+// isDecisionLine tells a decision-phase event (written before a request is forwarded) from
+// the canonical events the tests count.
+func isDecisionLine(line []byte) bool { return bytes.Contains(line, []byte(`"phase":"decision"`)) }
+
+// events returns the canonical events written so far (decision-phase events left out;
+// allEvents has them).
 func (l *eventLog) events(t testing.TB) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, ev := range l.allEvents(t) {
+		if ev["phase"] != "decision" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// allEvents returns every event written so far, in order.
+func (l *eventLog) allEvents(t testing.TB) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(l.text()), "\n") {

@@ -37,22 +37,24 @@ type tunnel struct {
 	d      policy.Decision // the connection-level decision
 	target egress.Target   // checked upstream addresses
 	ups    *upstreams      // intercepted tunnels: transports to target
+	reqID  string          // the tunnel's request id (record.go)
 	up     atomic.Int64
 	down   atomic.Int64
 
 	// mu guards the fields below.
-	mu      sync.Mutex
-	status  int
-	addr    string
-	refusal *policy.Decision
-	errText string
+	mu       sync.Mutex
+	status   int
+	addr     string
+	refusal  *policy.Decision
+	errText  string
+	recorded bool // the tunnel's event was written when it was refused (record.go)
 
 	once sync.Once
 }
 
 // newTunnel starts the bookkeeping of a tunnel from client.
 func (p *Proxy) newTunnel(kind string, client net.Addr) *tunnel {
-	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now()}
+	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(), reqID: requestID(nil)}
 	if client != nil {
 		t.client = client.String()
 	}
@@ -97,15 +99,14 @@ func (t *tunnel) outcome() (string, policy.Decision) {
 func (t *tunnel) finish() {
 	t.once.Do(func() {
 		decision, d := t.outcome()
-		dur := time.Since(t.start)
+		ev := t.event(decision, d)
 		t.mu.Lock()
-		ev := audit.Event{Time: t.at, Kind: audit.KindConnect, Decision: decision, Rule: d.Rule,
-			Reason: string(d.Reason), Detail: d.Detail, Destination: t.dest, Addr: t.addr,
-			Status: t.status, BytesUp: t.up.Load(), BytesDown: t.down.Load(), Duration: dur,
-			Client: t.client, Policy: t.pol.Name(), Error: t.errText}
+		recorded := t.recorded
 		t.mu.Unlock()
-		t.p.cfg.Audit.Log(ev)
-		t.p.metrics.observe(t.kind, decision, d.Rule, dur)
+		if !recorded { // refused with an answer: its event was written then (respond)
+			t.p.cfg.Audit.Log(ev)
+		}
+		t.p.metrics.observe(t.kind, decision, d.Rule, ev.Duration)
 	})
 }
 
@@ -288,6 +289,10 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 		return t.respond(p.tunnelFailure(t, nil, err))
 	}
 	t.target = tg
+	if resp := t.recordDecision(); resp != nil { // write-before-respond (record.go)
+		p.releaseTunnel()
+		return resp
+	}
 	return nil
 }
 
@@ -326,10 +331,6 @@ func (p *Proxy) tunnelFailure(t *tunnel, r *http.Request, err error) *http.Respo
 }
 
 // respond records the status of the response refusing the tunnel.
-func (t *tunnel) respond(resp *http.Response) *http.Response {
-	t.setStatus(resp.StatusCode)
-	return resp
-}
 
 // acquireTunnel takes one of MaxTunnels slots, or reports there is none.
 func (p *Proxy) acquireTunnel() bool {

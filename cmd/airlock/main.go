@@ -65,6 +65,7 @@ func commands() []command {
 		{"node", "run the node agent that holds kernel enforcement for the labelled pods of its node (a DaemonSet)", nodeCmd},
 		{"health", "probe a loopback admin endpoint (the injected sidecar's exec probe)", healthCmd},
 		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
+		{"audit", "verify audit logs, make the checkpoint signing key, export evidence packs (audit verify|keygen|pubkey|export)", auditCmd},
 		{"version", "print the version", versionCmd},
 	}
 }

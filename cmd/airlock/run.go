@@ -103,6 +103,7 @@ func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
 	fs.BoolVar(&c.AdminPprof, "admin-pprof", false, "serve Go profiles at /debug/pprof/ on the admin listener")
 	limitFlags(fs, &c.Limits)
 	credentialFlags(fs, c)
+	auditFlags(fs, c)
 	return fs, c
 }
 

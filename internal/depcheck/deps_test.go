@@ -63,6 +63,7 @@ var ours = map[string]may{
 		"credentials":        "airlock policy placeholders computes placeholders with the state directory's key",
 		"llmproxy":           "airlock usage reads the usage ledger",
 		"policy/learn":       "airlock policy learn|replay: candidate policies from audit trails",
+		"audit":              "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
 	},
 	"internal/sidecar": {
 		"proxy": "wires the proxy", "dnsfilter": "wires the DNS filter", "llmproxy": "wires the model API",

@@ -13,7 +13,8 @@ import (
 // stays on loopback (or a pod-internal address) and is never an allowed destination.
 //
 //	/healthz       200 while the process serves
-//	/readyz        200 once every listener is up and a policy is loaded, else 503
+//	/readyz        200 once every listener is up and a policy is loaded, and while the audit
+//	               log takes writes; else 503 saying why
 //	/metrics       Prometheus metrics
 //	/v1/decisions  the most recent audit events, newest first (JSON)
 //	/v1/usage      model usage per model and the budget left (JSON; 404 with --llm-addr off)
@@ -50,6 +51,11 @@ func (a *adminComponent) mux() *http.ServeMux {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		select {
 		case <-s.ready:
+			if err := s.audit.Health(); err != nil { // requests fail closed meanwhile
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+				return
+			}
 			_, _ = w.Write([]byte("ready: policy " + s.store.Current().Name() + "\n"))
 		default:
 			w.WriteHeader(http.StatusServiceUnavailable)

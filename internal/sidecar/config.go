@@ -60,8 +60,11 @@ type Config struct {
 	PacketGuard string
 	// Environment is production | staging | development (--environment).
 	Environment string
-	// AuditLog, when set, is a file audit events are appended to too (--audit-log).
+	// AuditLog, when set, is a file audit events are appended to too (--audit-log), hash
+	// chained, written before each HTTP request is answered, rotated and checkpointed.
 	AuditLog string
+	// Audit holds the audit file's rotation and signing settings (--audit-* flags).
+	Audit AuditConfig
 	// UpstreamDNS is the resolver the sidecar uses, "ip:port[,ip:port]" (--upstream-dns);
 	// empty means the policy's dns.upstreams, else /etc/resolv.conf.
 	UpstreamDNS string
@@ -99,6 +102,24 @@ type Limits struct {
 	ResponseHeaderTimeout time.Duration
 	MaxHeaderBytes        int
 	MaxRequestBodyBytes   int64
+}
+
+// AuditConfig is the audit file's part of Config. Zero values: no rotation, the signing key
+// at StateDir/audit-signing.key (created when absent), checkpoints beside the log.
+type AuditConfig struct {
+	// Key is the Ed25519 signing key (PKCS #8 PEM) checkpoints are signed with
+	// (--audit-key); it is created when absent.
+	Key string
+	// Checkpoints is the checkpoint file (--audit-checkpoints); "" means AuditLog +
+	// ".checkpoints".
+	Checkpoints string
+	// MaxBytes and MaxAge rotate the audit file (--audit-max-bytes, --audit-max-age); 0
+	// never rotates on that ground.
+	MaxBytes int64
+	MaxAge   time.Duration
+	// CheckpointEvery is the period of checkpoints (--audit-checkpoint-every); 0 means
+	// audit.DefaultCheckpointEvery.
+	CheckpointEvery time.Duration
 }
 
 // VaultConfig is the Vault source's part of Config (--vault-* flags, VAULT_ADDR,

@@ -89,7 +89,7 @@ func (k *kernel) spec() (KernelSpec, error) {
 		CIDRs:              pol.CIDRRules(),
 		Report:             pol.Mode() == policy.ModeReport,
 		RequirePacketGuard: cfg.packetGuardRequired(),
-		OnDeny:             s.audit.Log,
+		OnDeny:             s.audit.LogDenial, // a flood of kernel denials is summarised
 		Registerer:         s.reg,
 		Logger:             s.log,
 	}

@@ -145,6 +145,11 @@ func (r *reloader) report(p *policy.Policy, err error) {
 	} else {
 		s.log.WithFields(logrus.Fields{"policy": p.Name(), "mode": p.Mode(), "generation": r.gen}).Info("policy reloaded")
 		ev.Decision, ev.Policy = audit.DecisionAllow, p.Name()
+		if name, aerr := s.archivePolicy(); aerr != nil {
+			s.log.WithError(aerr).Warn("policy not archived for evidence packs")
+		} else {
+			ev.Detail = "archived as " + name
+		}
 	}
 	s.audit.Log(ev)
 }

@@ -186,10 +186,11 @@ func (s *Sidecar) shared() error {
 		return err
 	}
 	s.store = policy.NewStore(s.cfg.PolicyFile, pol)
-	s.audit, err = audit.New(audit.Options{Sandbox: s.cfg.Sandbox, Writer: stderr, File: s.cfg.AuditLog,
-		Keep: 256, Redact: s.redactor.Bytes})
-	if err != nil {
-		return fmt.Errorf("open audit log: %v", err)
+	if s.audit, err = s.openAudit(stderr); err != nil {
+		return err
+	}
+	if _, err := s.archivePolicy(); err != nil { // evidence only: the sidecar still serves
+		s.log.WithError(err).Warn("policy not archived for evidence packs")
 	}
 	if s.ca, err = proxy.LoadOrCreateCA(s.cfg.StateDir, time.Now); err != nil {
 		s.audit.Close()

@@ -450,6 +450,8 @@ type AuditEvent struct {
 func (e AuditEvent) String() string { return e.Line }
 
 // ParseAuditEvent parses line as an audit event: a JSON object with "kind" and "decision".
+// A decision-phase line ("phase":"decision", written before a request is forwarded and
+// followed by the request's canonical event) is not one: tests count requests.
 func ParseAuditEvent(line string) (AuditEvent, bool) {
 	line = strings.TrimSpace(line)
 	if !strings.HasPrefix(line, "{") {
@@ -463,6 +465,9 @@ func ParseAuditEvent(line string) (AuditEvent, bool) {
 		return AuditEvent{}, false
 	}
 	if _, ok := fields["decision"]; !ok {
+		return AuditEvent{}, false
+	}
+	if fields["phase"] == "decision" {
 		return AuditEvent{}, false
 	}
 	var e AuditEvent

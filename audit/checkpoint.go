@@ -1,0 +1,232 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	hexenc "encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Checkpoint is a signed statement that the chain reached line Seq, whose hash is Hash. The
+// Logger appends one to its checkpoint file (a second sink, apart from the log) at rotation,
+// at shutdown and periodically, so that truncating the log, or rewriting its chain, shows
+// against a signature the log's editor cannot make without the private key.
+type Checkpoint struct {
+	// Time is when the checkpoint was made.
+	Time time.Time
+	// Sandbox is the sandbox name of the log.
+	Sandbox string
+	// Why is "rotate", "shutdown", "periodic" or "start".
+	Why string
+	// File is the base name of the audit file being written when the checkpoint was made.
+	File string
+	// Seq and Hash are the last written line's sequence number and SHA-256.
+	Seq  uint64
+	Hash [32]byte
+	// Key is the public key that signed the checkpoint; Sig the Ed25519 signature of
+	// Message().
+	Key ed25519.PublicKey
+	Sig []byte
+}
+
+// checkpointJSON is a Checkpoint's line in the checkpoint file.
+type checkpointJSON struct {
+	Checkpoint string    `json:"checkpoint"`
+	Time       time.Time `json:"time"`
+	Sandbox    string    `json:"sandbox"`
+	File       string    `json:"file"`
+	Seq        uint64    `json:"seq"`
+	Hash       string    `json:"hash"`
+	Key        string    `json:"key"`
+	Sig        string    `json:"sig"`
+}
+
+// Message is the byte string a checkpoint's signature covers.
+func (c Checkpoint) Message() []byte {
+	return []byte("airlock-audit-checkpoint/v1\n" + c.Sandbox + "\n" + strconv.FormatUint(c.Seq, 10) + "\n" +
+		hexenc.EncodeToString(c.Hash[:]) + "\n" + c.Time.UTC().Format(time.RFC3339Nano) + "\n")
+}
+
+// MarshalJSON encodes c as one line of the checkpoint file.
+func (c Checkpoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(checkpointJSON{Checkpoint: c.Why, Time: c.Time.UTC(), Sandbox: c.Sandbox, File: c.File,
+		Seq: c.Seq, Hash: hexenc.EncodeToString(c.Hash[:]), Key: base64.StdEncoding.EncodeToString(c.Key),
+		Sig: base64.StdEncoding.EncodeToString(c.Sig)})
+}
+
+// ParseCheckpoint decodes one line of a checkpoint file. It does not check the signature
+// (Checkpoint.Verify does).
+func ParseCheckpoint(b []byte) (Checkpoint, error) {
+	var j checkpointJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	if j.Checkpoint == "" {
+		return Checkpoint{}, errors.New("decode checkpoint: not a checkpoint line")
+	}
+	c := Checkpoint{Time: j.Time, Sandbox: j.Sandbox, Why: j.Checkpoint, File: j.File, Seq: j.Seq}
+	h, err := hexenc.DecodeString(j.Hash)
+	if err != nil || len(h) != len(c.Hash) {
+		return Checkpoint{}, errors.New("decode checkpoint: hash is not 32 hex-encoded bytes")
+	}
+	copy(c.Hash[:], h)
+	if c.Key, err = base64.StdEncoding.DecodeString(j.Key); err != nil || len(c.Key) != ed25519.PublicKeySize {
+		return Checkpoint{}, errors.New("decode checkpoint: key is not a base64 Ed25519 public key")
+	}
+	if c.Sig, err = base64.StdEncoding.DecodeString(j.Sig); err != nil {
+		return Checkpoint{}, errors.New("decode checkpoint: signature is not base64")
+	}
+	return c, nil
+}
+
+// Verify checks c's signature with pub (or, when pub is nil, with the key the checkpoint
+// names, which proves only that the checkpoint was not altered after it was signed).
+func (c Checkpoint) Verify(pub ed25519.PublicKey) bool {
+	if pub == nil {
+		pub = c.Key
+	}
+	return len(pub) == ed25519.PublicKeySize && ed25519.Verify(pub, c.Message(), c.Sig)
+}
+
+// checkpointer appends signed checkpoints to a file. Only the writer goroutine uses it.
+type checkpointer struct {
+	f       *os.File
+	key     ed25519.PrivateKey
+	lastSeq uint64
+	lastAt  time.Time
+}
+
+func openCheckpointer(path string, key ed25519.PrivateKey, sandbox string, seq uint64) (*checkpointer, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit checkpoints: %w", err)
+	}
+	return &checkpointer{f: f, key: key, lastSeq: seq, lastAt: time.Now()}, nil
+}
+
+// write signs c and appends it.
+func (cp *checkpointer) write(c Checkpoint) error {
+	c.Key = cp.key.Public().(ed25519.PublicKey)
+	c.Sig = ed25519.Sign(cp.key, c.Message())
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if _, err := cp.f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	cp.lastSeq, cp.lastAt = c.Seq, c.Time
+	return nil
+}
+
+func (cp *checkpointer) close() error {
+	if err := cp.f.Close(); err != nil {
+		return fmt.Errorf("close audit checkpoints: %w", err)
+	}
+	return nil
+}
+
+// GenerateKey makes a new Ed25519 signing key for checkpoints.
+func GenerateKey() (ed25519.PrivateKey, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate audit signing key: %w", err)
+	}
+	return priv, nil
+}
+
+// EncodePrivateKey returns key as a PKCS #8 "PRIVATE KEY" PEM block.
+func EncodePrivateKey(key ed25519.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode audit signing key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// EncodePublicKey returns pub as a PKIX "PUBLIC KEY" PEM block (what audit verify --key reads).
+func EncodePublicKey(pub ed25519.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("encode audit public key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// ParsePrivateKey reads an Ed25519 key from a PKCS #8 PEM block.
+func ParsePrivateKey(b []byte) (ed25519.PrivateKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, errors.New("parse audit signing key: no PRIVATE KEY PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse audit signing key: %w", err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("parse audit signing key: a %T, not an Ed25519 key", k)
+	}
+	return priv, nil
+}
+
+// ParsePublicKey reads an Ed25519 public key from a PKIX PEM block, or from a private key's
+// PEM block (its public half).
+func ParsePublicKey(b []byte) (ed25519.PublicKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, errors.New("parse audit public key: no PEM block")
+	}
+	if blk.Type == "PRIVATE KEY" {
+		priv, err := ParsePrivateKey(b)
+		if err != nil {
+			return nil, err
+		}
+		return priv.Public().(ed25519.PublicKey), nil
+	}
+	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse audit public key: %w", err)
+	}
+	pub, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("parse audit public key: a %T, not an Ed25519 key", k)
+	}
+	return pub, nil
+}
+
+// LoadOrCreateKey reads the signing key at path, creating it (0600, in a 0700 directory)
+// when it is absent.
+func LoadOrCreateKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return ParsePrivateKey(b)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read audit signing key: %w", err)
+	}
+	key, err := GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	pemBytes, err := EncodePrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create audit signing key: %w", err)
+	}
+	if err := os.WriteFile(path, pemBytes, 0o600); err != nil {
+		return nil, fmt.Errorf("create audit signing key: %w", err)
+	}
+	return key, nil
+}

@@ -1,0 +1,231 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ErrClosed is returned by Commit after Close.
+var ErrClosed = errors.New("audit log closed")
+
+// ErrUnavailable wraps every error Commit and Health return for an audit log that cannot be
+// written: callers fail closed on it.
+var ErrUnavailable = errors.New("audit log unavailable")
+
+// Commit records one event and returns once the write(2) of the batch holding it is done,
+// so that a caller may release a response only after its event is in the file. Concurrent
+// calls share writes (group commit). While the log cannot be written it queues nothing
+// and returns the error at once (wrapping ErrUnavailable); it returns ErrClosed after Close.
+func (l *Logger) Commit(e Event) error {
+	seq, err := l.enqueue(e, true)
+	if err != nil || seq == 0 {
+		return err
+	}
+	select { // a caller is waiting: the writer cuts its linger short
+	case l.urgent <- struct{}{}:
+	default:
+	}
+	return l.waitWritten(seq)
+}
+
+// waitWritten waits until line seq is written, or its batch's write failed.
+func (l *Logger) waitWritten(seq uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.written < seq {
+		switch {
+		case l.writeErr != nil && l.failedUpTo >= seq:
+			return l.writeErr
+		case l.exited:
+			return ErrClosed
+		}
+		l.flushed.Wait()
+	}
+	return nil
+}
+
+// Health returns why events are not reaching the audit file (a full disk, a read-only file
+// system, a failing checkpoint file), wrapping ErrUnavailable, or nil while every write
+// succeeds. It turns nil again once a retried write succeeds. A Discard Logger is always
+// healthy.
+func (l *Logger) Health() error {
+	if l.discard {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.writeErr != nil {
+		return l.writeErr
+	}
+	return l.cpErr
+}
+
+// writeLoop writes pending lines, retries a failed write, rotates the file and writes
+// checkpoints, until the Logger is closed and nothing more can be written.
+func (l *Logger) writeLoop() {
+	defer func() {
+		l.mu.Lock()
+		l.exited = true
+		l.flushed.Broadcast()
+		l.mu.Unlock()
+		close(l.done)
+	}()
+	tick := time.NewTicker(min(l.opts.CheckpointEvery, l.opts.RetryEvery))
+	defer tick.Stop()
+	rest := time.NewTimer(linger)
+	defer rest.Stop()
+	for {
+		select {
+		case <-l.wake:
+		case <-tick.C:
+		}
+		ok, closed := l.flush()
+		l.maintain(closed)
+		if closed {
+			return
+		}
+		if ok {
+			l.rest(rest)
+		}
+	}
+}
+
+// rest waits a linger after a write, so that logged events gather into one batch, unless a
+// Commit caller is waiting: it is not kept waiting a linger (what arrives while a write is
+// under way still shares the next one).
+func (l *Logger) rest(t *time.Timer) {
+	select {
+	case <-l.urgent:
+		return
+	default:
+	}
+	t.Reset(linger)
+	select {
+	case <-t.C:
+	case <-l.urgent:
+		t.Stop() // Go 1.23 timers: Reset and Stop discard a stale tick, no drain needed
+	}
+}
+
+// flush writes what is pending in one write. It reports whether the write succeeded (or
+// there was nothing to write) and whether the Logger is closed with nothing more to do.
+func (l *Logger) flush() (ok, closed bool) {
+	l.mu.Lock()
+	if len(l.pending) == 0 {
+		closed = l.closed
+		l.mu.Unlock()
+		return true, closed
+	}
+	batch, last, lastHash := l.pending, l.seq, l.prev
+	l.pending, l.spare = l.spare[:0], nil
+	l.space.Broadcast()
+	l.mu.Unlock()
+
+	err := l.writePrimary(batch)
+	if err == nil && l.mirror != nil {
+		_, _ = l.mirror.Write(batch) // stderr is a copy; the file is the record
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		// Keep the batch, in order, ahead of what arrived meanwhile: the chain must not
+		// have a hole, so it is written once the sink takes writes again.
+		l.pending = append(batch, l.pending...)
+		l.failedUpTo = last
+		if l.writeErr == nil {
+			l.downSince = l.now()
+		}
+		l.writeErr = fmt.Errorf("%w: write audit events: %w", ErrUnavailable, err)
+		l.flushed.Broadcast()
+		return false, l.closed // a closed Logger gives up: Close returns the error
+	}
+	l.written, l.writtenHash, l.spare = last, lastHash, batch[:0]
+	recovered := l.writeErr != nil
+	l.writeErr = nil
+	l.flushed.Broadcast()
+	if recovered {
+		l.noteOutage()
+	}
+	return true, l.closed && len(l.pending) == 0
+}
+
+// noteOutage queues an event saying how long the log could not be written and how many
+// requests were refused meanwhile. l.mu is held.
+func (l *Logger) noteOutage() {
+	refused, since := l.refused, l.downSince
+	l.refused = 0
+	body := Event{Time: l.now(), Sandbox: l.sandbox, Kind: KindAudit, Decision: DecisionDeny,
+		Reason: "audit_unavailable", Count: refused,
+		Detail: "the audit log could not be written from " + since.UTC().Format(time.RFC3339Nano) +
+			"; requests refused meanwhile: " + strconv.FormatInt(refused, 10)}.appendBody(nil)
+	if l.redact != nil {
+		body = l.redact(body)
+	}
+	l.seq++
+	start := len(l.pending)
+	l.pending = appendTail(append(l.pending, body...), l.seq, &l.prev)
+	l.prev = sha256Line(l.pending[start:])
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writePrimary writes batch to the file (rotating it first when due) or the writer.
+func (l *Logger) writePrimary(batch []byte) error {
+	if l.file == nil {
+		_, err := l.primary.Write(batch)
+		return err
+	}
+	if l.file.due(l.opts.MaxBytes, l.opts.MaxAge) {
+		if err := l.rotate(); err != nil {
+			return err
+		}
+	}
+	return l.file.write(batch)
+}
+
+// rotate signs a checkpoint of the chain so far and starts a new file.
+func (l *Logger) rotate() error {
+	l.checkpoint("rotate")
+	return l.file.rotate()
+}
+
+// maintain writes a checkpoint when one is due (periodically, or the last at close).
+func (l *Logger) maintain(closed bool) {
+	if l.cp == nil {
+		return
+	}
+	switch {
+	case closed:
+		l.checkpoint("shutdown")
+	case l.now().Sub(l.cp.lastAt) >= l.opts.CheckpointEvery:
+		l.checkpoint("periodic")
+	}
+}
+
+// checkpoint signs the last written line's sequence number and hash, when anything was
+// written since the last checkpoint. It runs on the writer goroutine only.
+func (l *Logger) checkpoint(why string) {
+	if l.cp == nil {
+		return
+	}
+	l.mu.Lock()
+	seq, hash := l.written, l.writtenHash
+	l.mu.Unlock()
+	now := l.now()
+	if seq == l.cp.lastSeq && why == "periodic" {
+		l.cp.lastAt = now
+		return
+	}
+	err := l.cp.write(Checkpoint{Time: now, Sandbox: l.sandbox, Why: why, File: l.file.base(), Seq: seq, Hash: hash})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.cpErr = fmt.Errorf("%w: write audit checkpoint: %w", ErrUnavailable, err)
+		return
+	}
+	l.cpErr = nil
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/sidecar"
+)
+
+const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export> [flags] [args]
+
+  verify FILE... [--key PUB]        check the hash chain and signed checkpoints of audit files
+  keygen -o KEY [--pub PUB]         make an Ed25519 checkpoint signing key (and its public key)
+  pubkey [--key KEY]                print the public key of a signing key (for verify --key)
+  export SANDBOX -o DIR             write a sandbox's evidence pack: policy, audit files,
+                                    checkpoints, usage ledger and a manifest of hashes
+`
+
+func auditCmd(args []string, stdout, stderr io.Writer) error {
+	return dispatch("audit", auditUsage, map[string]runFunc{
+		"verify": auditVerify, "keygen": auditKeygen, "pubkey": auditPubkey, "export": auditExport,
+	}, args, stdout, stderr)
+}
+
+// auditFlags registers airlock run's audit file flags.
+func auditFlags(fs *flagSet, c *sidecar.Config) {
+	a := &c.Audit
+	fs.StringVar(&a.Key, "audit-key", "", "Ed25519 key (PKCS #8 PEM) that signs audit checkpoints; created when absent; default: audit-signing.key in --state-dir. Keep it off the log's volume (README: Tamper-evident audit log)")
+	fs.StringVar(&a.Checkpoints, "audit-checkpoints", "", "file the signed checkpoints are appended to; default: the --audit-log file + .checkpoints")
+	fs.Int64Var(&a.MaxBytes, "audit-max-bytes", 0, "rotate the --audit-log file when it reaches this size (0: never on size)")
+	fs.DurationVar(&a.MaxAge, "audit-max-age", 0, "rotate the --audit-log file when it is this old (0: never on age)")
+	fs.DurationVar(&a.CheckpointEvery, "audit-checkpoint-every", audit.DefaultCheckpointEvery, "sign a checkpoint of the audit chain this often (also at rotation and shutdown)")
+}
+
+const verifyLong = `
+Check audit files written with --audit-log: every line's sequence number and the hash of the
+line before it (the chain continues across rotated files, given in any order), and the signed
+checkpoints (the FILE.checkpoints beside each file is read when present, or name checkpoint
+files among the FILEs). Prints "intact", or the first line changed, removed, reordered or
+truncated, and exits 1. A partial last line, as a crash leaves it, is reported as torn, not
+as tampering. Without --key the checkpoints are checked against the key each one names,
+which shows they were not altered, not who made them: pass the public key you keep apart.`
+
+func auditVerify(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
+	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	files, err := fs.parse(args, stdout, false)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	var pub ed25519.PublicKey
+	if *keyFile != "" {
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return failf("--key: %v", err)
+		}
+		if pub, err = audit.ParsePublicKey(b); err != nil {
+			return failf("--key %s: %v", *keyFile, err)
+		}
+	}
+	rep, err := audit.Verify(files, pub)
+	if err != nil {
+		return failf("%v", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printVerify(stdout, rep)
+	}
+	if !rep.Intact() {
+		return failf("%s", rep.Tampered)
+	}
+	return nil
+}
+
+// printVerify prints a verify report for people.
+func printVerify(w io.Writer, rep audit.Report) {
+	for _, p := range rep.Torn {
+		fmt.Fprintf(w, "note: %s\n", p)
+	}
+	if !rep.Intact() {
+		fmt.Fprintf(w, "TAMPERED: %s\n", rep.Tampered)
+		return
+	}
+	fmt.Fprintf(w, "intact: %d events (seq %d..%d) in %d file(s)\n", rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files))
+	switch {
+	case rep.Checkpoints == 0:
+		fmt.Fprintln(w, "warning: no checkpoints found: truncation and a rewritten chain cannot be detected")
+	case !rep.KeyGiven:
+		fmt.Fprintf(w, "checkpoints: %d, signed up to seq %d, by the key they name (pass --key to check whose key)\n", rep.Checkpoints, rep.SignedSeq)
+	default:
+		fmt.Fprintf(w, "checkpoints: %d, signed up to seq %d by the given key\n", rep.Checkpoints, rep.SignedSeq)
+	}
+	if rep.SignedSeq < rep.LastSeq {
+		fmt.Fprintf(w, "note: seq %d..%d come after the last checkpoint: they are chained but not yet signed\n", rep.SignedSeq+1, rep.LastSeq)
+	}
+}
+
+const keygenLong = `
+Make an Ed25519 key for signing audit checkpoints and write it (PKCS #8 PEM, mode 0600) to
+KEY, refusing to overwrite one; with --pub also write its public key. Give the sidecar the
+key with --audit-key from a place the audit log's writers cannot reach (a Kubernetes Secret
+volume, a file provisioned by Vault), and keep the public key with whoever verifies.`
+
+func auditKeygen(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("audit keygen", "airlock audit keygen -o KEY [--pub PUB]", keygenLong, stderr)
+	out := fs.String("o", "", "file to write the private key to (required)")
+	pubOut := fs.String("pub", "", "file to write the public key to (default: print it)")
+	rest, err := fs.parse(args, stdout, false)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 || *out == "" {
+		fs.Usage()
+		return errUsage
+	}
+	key, err := audit.GenerateKey()
+	if err != nil {
+		return failf("%v", err)
+	}
+	priv, err := audit.EncodePrivateKey(key)
+	if err != nil {
+		return failf("%v", err)
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return failf("-o: %v", err)
+	}
+	if _, err := f.Write(priv); err != nil {
+		_ = f.Close()
+		return failf("-o: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		return failf("-o: %v", err)
+	}
+	return writePublic(key.Public().(ed25519.PublicKey), *pubOut, stdout)
+}
+
+// writePublic writes pub as PEM to path, or to stdout when path is "".
+func writePublic(pub ed25519.PublicKey, path string, stdout io.Writer) error {
+	b, err := audit.EncodePublicKey(pub)
+	if err != nil {
+		return failf("%v", err)
+	}
+	if path == "" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return failf("--pub: %v", err)
+	}
+	return nil
+}
+
+func auditPubkey(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("audit pubkey", "airlock audit pubkey [--key KEY | --state-dir DIR]", `
+Print the public key (PEM) of the checkpoint signing key a sidecar uses: --key, else
+audit-signing.key in --state-dir. Hand it to whoever runs airlock audit verify --key.`, stderr)
+	keyFile := fs.String("key", "", "the signing key (what airlock run --audit-key names)")
+	stateDir := fs.String("state-dir", defaultStateDir(), "state directory holding audit-signing.key when --key is not given (env AIRLOCK_STATE_DIR)")
+	rest, err := fs.parse(args, stdout, true)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	path := *keyFile
+	if path == "" {
+		path = filepath.Join(*stateDir, sidecar.AuditKeyFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return failf("read signing key: %v", err)
+	}
+	pub, err := audit.ParsePublicKey(b)
+	if err != nil {
+		return failf("%s: %v", path, err)
+	}
+	return writePublic(pub, "", stdout)
+}
