@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// serveOnce accepts one connection on a new loopback listener and runs f on it.
+func serveOnce(t *testing.T, f func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		f(c)
+	}()
+	return l.Addr().String()
+}
+
+// rawTunnel opens a CONNECT tunnel to git.test:22, routed to addr, with idle as the
+// proxy's IdleTimeout.
+func rawTunnel(t *testing.T, addr string, idle time.Duration) (*harness, net.Conn) {
+	t.Helper()
+	egress := "    - name: raw\n      hosts: [\"git.test\"]\n      ports: [22]\n"
+	h := newHarness(t, mustPolicy(t, policyDoc("raw", "enforce", egress)), func(c *Config) { c.IdleTimeout = idle })
+	h.res.names["git.test"] = []netip.Addr{addrOther}
+	h.mu.Lock()
+	h.routes[netip.AddrPortFrom(addrOther, 22)] = addr
+	h.mu.Unlock()
+	c, resp := h.connect("git.test:22")
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT got %d, want 200", resp.StatusCode)
+	}
+	return h, c
+}
+
+// TestSplicedTunnelCountsEveryByte: a transfer larger than one splice chunk arrives whole,
+// and the audit event counts every byte each way.
+func TestSplicedTunnelCountsEveryByte(t *testing.T) {
+	const size = 2*spliceChunk + 12345
+	addr := serveOnce(t, func(c net.Conn) {
+		io.WriteString(c, "SSH-2.0-test\r\n")
+		n, _ := io.Copy(io.Discard, io.LimitReader(c, 5))
+		if n != 5 {
+			return
+		}
+		io.CopyN(c, zeroReader{}, size)
+	})
+	h, c := rawTunnel(t, addr, 5*time.Second)
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || line != "SSH-2.0-test\r\n" {
+		t.Fatalf("banner %q %v", line, err)
+	}
+	io.WriteString(c, "hi!\r\n")
+	n, err := io.Copy(io.Discard, br)
+	if err != nil || n != size {
+		t.Fatalf("read %d bytes (%v), want %d", n, err, size)
+	}
+	c.Close()
+	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "decision": "allow",
+		"bytes_up": float64(5), "bytes_down": float64(size + len("SSH-2.0-test\r\n"))})
+}
+
+// TestSlowTunnelOutlivesIdleTimeout: a tunnel whose server sends a byte every IdleTimeout/3
+// for several IdleTimeouts stays open while the client says nothing: the idle timeout counts
+// traffic in either direction, also when a splice run is still waiting for its chunk.
+func TestSlowTunnelOutlivesIdleTimeout(t *testing.T) {
+	const idle = 150 * time.Millisecond
+	const bytes = 12 // 12 × idle/3 = 4 idle timeouts
+	addr := serveOnce(t, func(c net.Conn) {
+		tick := time.NewTicker(idle / 3)
+		defer tick.Stop()
+		for range bytes {
+			<-tick.C
+			if _, err := c.Write([]byte{'x'}); err != nil {
+				return
+			}
+		}
+	})
+	h, c := rawTunnel(t, addr, idle)
+	n, err := io.Copy(io.Discard, c)
+	if n != bytes {
+		t.Fatalf("read %d bytes (%v) before the tunnel ended, want %d", n, err, bytes)
+	}
+	c.Close()
+	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "bytes_down": float64(bytes)})
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
