@@ -112,10 +112,10 @@ func tlsTests(cfg config) []*tlsTest {
 
 // runTLSBench is the HTTPS section: it starts the TLS upstream, the DNS server and every
 // leg, then runs each test in rounds with the legs taking turns.
-func runTLSBench(ctx context.Context, e *env, root string) ([]*tlsLeg, []*tlsOutcome, error) {
+func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, []*tlsOutcome, error) {
 	te, err := setUpTLS(ctx, e, filepath.Join(root, "tls"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer te.up.stop()
 	defer te.dns.srv.Shutdown()
@@ -142,10 +142,10 @@ func runTLSBench(ctx context.Context, e *env, root string) ([]*tlsLeg, []*tlsOut
 	for _, t := range tlsTests(e.cfg) {
 		outs = append(outs, te.runTest(ctx, t, legs))
 		if ctx.Err() != nil {
-			return legs, outs, ctx.Err()
+			return te, legs, outs, ctx.Err()
 		}
 	}
-	return legs, outs, nil
+	return te, legs, outs, nil
 }
 
 // setUpTLS writes the PKI and starts the TLS upstream and the DNS server.

@@ -163,8 +163,8 @@ func runTLSUpstreamChild() int {
 	return 0
 }
 
-// benchDNS answers A queries for *.bench.test with 127.0.0.1 (TTL 300) and counts queries,
-// so the report shows how often airlock asked.
+// benchDNS answers A queries for *.bench.test with 127.0.0.1 (TTL 300), other types with
+// NODATA and the zone's SOA, and counts queries, so the report shows how often airlock asked.
 type benchDNS struct {
 	addr    string
 	queries atomic.Int64
@@ -181,10 +181,18 @@ func startBenchDNS() (*benchDNS, error) {
 		b.queries.Add(1)
 		m := new(dns.Msg)
 		m.SetReply(q)
-		if len(q.Question) == 1 && q.Question[0].Qtype == dns.TypeA &&
-			strings.HasSuffix(q.Question[0].Name, "bench.test.") {
+		switch {
+		case len(q.Question) != 1 || !strings.HasSuffix(q.Question[0].Name, "bench.test."):
+			m.Rcode = dns.RcodeNameError
+		case q.Question[0].Qtype == dns.TypeA:
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA,
 				Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(127, 0, 0, 1)})
+		default:
+			// No other records: NODATA with the zone's SOA, as a real server answers
+			// (RFC 2308), so the answer may be cached for the SOA's minimum.
+			m.Ns = append(m.Ns, &dns.SOA{Hdr: dns.RR_Header{Name: "bench.test.", Rrtype: dns.TypeSOA,
+				Class: dns.ClassINET, Ttl: 300}, Ns: "ns.bench.test.", Mbox: "hostmaster.bench.test.",
+				Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minttl: 300})
 		}
 		w.WriteMsg(m)
 	})}

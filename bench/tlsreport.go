@@ -18,7 +18,7 @@ const idleRSSTarget = 20 << 20
 // does not count), 130 when interrupted, else 0.
 func runTLSSection(ctx context.Context, e *env, root string, w io.Writer) int {
 	e.progress("HTTPS section")
-	legs, outs, err := runTLSBench(ctx, e, root)
+	te, legs, outs, err := runTLSBench(ctx, e, root)
 	if ctx.Err() != nil {
 		return 130
 	}
@@ -26,7 +26,7 @@ func runTLSSection(ctx context.Context, e *env, root string, w io.Writer) int {
 		fmt.Fprintf(w, "\nHTTPS section FAILED: %v\n", err)
 		return 1
 	}
-	printTLSReport(w, e, legs, outs)
+	printTLSReport(w, e, te, legs, outs)
 	for _, o := range outs {
 		for _, p := range o.problem {
 			if !strings.HasPrefix(p, "n/a: ") {
@@ -38,7 +38,7 @@ func runTLSSection(ctx context.Context, e *env, root string, w io.Writer) int {
 }
 
 // printTLSReport prints one table per test, the ratios with their targets, and RSS.
-func printTLSReport(w io.Writer, e *env, legs []*tlsLeg, outs []*tlsOutcome) {
+func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tlsOutcome) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "airlock bench — HTTPS: CONNECT tunnels and interception, policy and audit on")
 	fmt.Fprintf(w, "  %-11s Go client in the bench process, %d tunnels/connections, TLS certificates verified, no session resumption;\n",
@@ -53,6 +53,7 @@ func printTLSReport(w io.Writer, e *env, legs []*tlsLeg, outs []*tlsOutcome) {
 		printTLSTest(w, o)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "DNS queries the bench's DNS server answered (airlock's resolver; Squid reads hosts_file): %d\n", te.dns.queries.Load())
 	for _, l := range legs {
 		if l.pr == nil || l.problem != "" {
 			continue

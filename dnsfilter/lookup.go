@@ -78,7 +78,21 @@ func (l *Lookup) LookupTTL(ctx context.Context, host string, v6 bool) ([]netip.A
 			ttl = t
 		}
 	}
+	if len(addrs) == 0 {
+		ttl = negativeTTL(r)
+	}
 	return addrs, max(ttl, 0), nil
+}
+
+// negativeTTL is how long an answer without addresses may be cached (RFC 2308 §5): the
+// smaller of the authority SOA's TTL and its MINIMUM field; 0 (not cached) without a SOA.
+func negativeTTL(r *dns.Msg) time.Duration {
+	for _, rr := range r.Ns {
+		if soa, ok := rr.(*dns.SOA); ok {
+			return time.Duration(min(soa.Hdr.Ttl, soa.Minttl)) * time.Second
+		}
+	}
+	return 0
 }
 
 // Close releases the pooled sockets.
