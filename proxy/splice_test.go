@@ -72,13 +72,17 @@ func TestSplicedTunnelCountsEveryByte(t *testing.T) {
 		"bytes_up": float64(5), "bytes_down": float64(size + len("SSH-2.0-test\r\n"))})
 }
 
-// TestSlowTunnelOutlivesIdleTimeout: a tunnel whose server sends a byte every IdleTimeout/3
-// for several IdleTimeouts stays open while the client says nothing: the idle timeout counts
-// traffic in either direction, also when a splice run is still waiting for its chunk.
+// TestSlowTunnelOutlivesIdleTimeout: a tunnel whose server sends a burst (enough to switch
+// to splice), then a byte every IdleTimeout/3 for several IdleTimeouts, stays open while the
+// client says nothing: the idle timeout counts traffic in either direction, also when a
+// splice run is still waiting for its chunk.
 func TestSlowTunnelOutlivesIdleTimeout(t *testing.T) {
 	const idle = 150 * time.Millisecond
 	const bytes = 12 // 12 × idle/3 = 4 idle timeouts
 	addr := serveOnce(t, func(c net.Conn) {
+		if _, err := io.CopyN(c, zeroReader{}, spliceAfter); err != nil {
+			return
+		}
 		tick := time.NewTicker(idle / 3)
 		defer tick.Stop()
 		for range bytes {
@@ -90,11 +94,11 @@ func TestSlowTunnelOutlivesIdleTimeout(t *testing.T) {
 	})
 	h, c := rawTunnel(t, addr, idle)
 	n, err := io.Copy(io.Discard, c)
-	if n != bytes {
-		t.Fatalf("read %d bytes (%v) before the tunnel ended, want %d", n, err, bytes)
+	if n != spliceAfter+bytes {
+		t.Fatalf("read %d bytes (%v) before the tunnel ended, want %d", n, err, spliceAfter+bytes)
 	}
 	c.Close()
-	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "bytes_down": float64(bytes)})
+	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "bytes_down": float64(spliceAfter + bytes)})
 }
 
 type zeroReader struct{}
@@ -102,4 +106,23 @@ type zeroReader struct{}
 func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// TestSplicedTunnelIdlesOut: after a burst that switched it to splice, a tunnel in which
+// nothing moves either way is ended by the idle timeout.
+func TestSplicedTunnelIdlesOut(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr := serveOnce(t, func(c net.Conn) {
+		io.CopyN(c, zeroReader{}, 2*spliceAfter)
+		<-hold
+	})
+	h, c := rawTunnel(t, addr, 150*time.Millisecond)
+	if _, err := io.CopyN(io.Discard, c, 2*spliceAfter); err != nil {
+		t.Fatalf("read the burst: %v", err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data from an idle tunnel")
+	}
+	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "bytes_down": float64(2 * spliceAfter)})
 }

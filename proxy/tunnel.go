@@ -162,11 +162,16 @@ func pipe(dst, src net.Conn, first []byte, idle *idleClock, n *atomic.Int64, tot
 		n.Add(int64(len(first)))
 		total.Add(float64(len(first)))
 	}
-	var err error
-	if dt, st := tcpOf(dst, false), tcpOf(src, true); dt != nil && st != nil {
+	// A short tunnel (a handshake and a request) is cheapest through the buffer; once a
+	// tunnel has carried spliceAfter bytes this way, the rest goes through splice(2).
+	dt, st := tcpOf(dst, false), tcpOf(src, true)
+	limit := int64(-1)
+	if dt != nil && st != nil {
+		limit = spliceAfter
+	}
+	more, err := copyPipe(dst, src, idle, n, total, limit)
+	if err == nil && more {
 		err = splicePipe(dt, st, idle, n, total)
-	} else {
-		err = copyPipe(dst, src, idle, n, total)
 	}
 	if err != nil {
 		_ = dst.Close()
@@ -178,6 +183,10 @@ func pipe(dst, src net.Conn, first []byte, idle *idleClock, n *atomic.Int64, tot
 
 // spliceChunk bounds one splice run, so the byte counters move at least every chunk.
 const spliceChunk = 4 << 20
+
+// spliceAfter is how many bytes a direction copies through its buffer before it splices:
+// for a few small records two splice(2) calls cost more than a read and a write.
+const spliceAfter = 64 << 10
 
 // splicePipe moves src's bytes to dst in the kernel: TCPConn.ReadFrom splices from an
 // io.LimitedReader over a *net.TCPConn. Each run is bounded in bytes (spliceChunk, for the
@@ -211,12 +220,14 @@ func splicePipe(dst, src *net.TCPConn, idle *idleClock, n *atomic.Int64, total p
 }
 
 // copyPipe copies src to dst through a pooled buffer until src's EOF (nil) or an error or
-// the tunnel idling out.
-func copyPipe(dst, src net.Conn, idle *idleClock, n *atomic.Int64, total prometheus.Counter) error {
+// the tunnel idling out; with limit ≥ 0 it stops once it has copied limit bytes and
+// returns more, for the caller to go on another way.
+func copyPipe(dst, src net.Conn, idle *idleClock, n *atomic.Int64, total prometheus.Counter, limit int64) (more bool, err error) {
 	bp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bp)
 	buf := *bp
 	var armed time.Time
+	var copied int64
 	for {
 		// Deadlines are pushed at most once per idle/16, to keep timer work off the hot path.
 		if now := time.Now(); now.Sub(armed) >= idle.idle/16 {
@@ -228,21 +239,25 @@ func copyPipe(dst, src net.Conn, idle *idleClock, n *atomic.Int64, total prometh
 		if k > 0 {
 			idle.progress()
 			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return werr
+				return false, werr
 			}
 			n.Add(int64(k))
 			total.Add(float64(k))
+			copied += int64(k)
 		}
 		switch {
 		case errors.Is(err, io.EOF):
-			return nil
+			return false, nil
 		case err == nil:
+			if limit >= 0 && copied >= limit {
+				return true, nil
+			}
 			continue
 		case isTimeout(err) && !idle.expired():
 			armed = time.Time{} // the other direction moved: wait again
 			continue
 		}
-		return err
+		return false, err
 	}
 }
 
