@@ -307,7 +307,7 @@ workers %[5]d
 `
 
 func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
-	bin, err := findBinary("squid", "squid")
+	bin, err := findBinary("squid", "squid-openssl")
 	if err != nil {
 		return nil, err
 	}

@@ -149,14 +149,62 @@ func (c *AnswerCache) get(name string, v6 bool) ([]netip.Addr, bool) {
 
 // CachingResolver is a Resolver that answers from an AnswerCache and asks its TTLResolver
 // for what the cache does not hold (or holds no longer), keeping the answer for its TTL.
+// Concurrent misses of one name and family share one question.
 type CachingResolver struct {
 	cache *AnswerCache
 	r     TTLResolver
+
+	// mu guards flight: the questions under way.
+	mu     sync.Mutex
+	flight map[cacheKey]*lookupCall
+}
+
+// lookupCall is one question under way; its fields are set before done is closed.
+type lookupCall struct {
+	done  chan struct{}
+	addrs []netip.Addr
+	err   error
 }
 
 // NewCachingResolver returns a resolver over r that fills and reads cache.
 func NewCachingResolver(cache *AnswerCache, r TTLResolver) *CachingResolver {
-	return &CachingResolver{cache: cache, r: r}
+	return &CachingResolver{cache: cache, r: r, flight: map[cacheKey]*lookupCall{}}
+}
+
+// lookup asks the TTLResolver for one family of name, or waits for the same question
+// already under way, and caches the answer. A waiter whose ctx ends stops waiting.
+func (cr *CachingResolver) lookup(ctx context.Context, name string, v6 bool) ([]netip.Addr, error) {
+	k := cacheKey{name: name, v6: v6}
+	cr.mu.Lock()
+	// A question that ended since the caller missed the cache has filled it.
+	if a, ok := cr.cache.get(name, v6); ok {
+		cr.mu.Unlock()
+		return a, nil
+	}
+	c, waiting := cr.flight[k]
+	if !waiting {
+		c = &lookupCall{done: make(chan struct{})}
+		cr.flight[k] = c
+	}
+	cr.mu.Unlock()
+	if waiting {
+		select {
+		case <-c.done:
+			return c.addrs, c.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	a, ttl, err := cr.r.LookupTTL(ctx, name, v6)
+	if err == nil {
+		cr.cache.PutAnswer(name, v6, a, ttl)
+	}
+	c.addrs, c.err = a, err
+	cr.mu.Lock()
+	delete(cr.flight, k)
+	cr.mu.Unlock()
+	close(c.done)
+	return a, err
 }
 
 // LookupNetIP resolves host for network "ip", "ip4" or "ip6": each family from the cache
@@ -188,10 +236,7 @@ func (cr *CachingResolver) LookupNetIP(ctx context.Context, network, host string
 			continue
 		}
 		wg.Go(func() {
-			a, ttl, err := cr.r.LookupTTL(ctx, name, v6)
-			if err == nil {
-				cr.cache.PutAnswer(name, v6, a, ttl)
-			}
+			a, err := cr.lookup(ctx, name, v6)
 			res[i] = result{a, err}
 		})
 	}

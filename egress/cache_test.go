@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -185,5 +186,66 @@ func TestCacheBounded(t *testing.T) {
 	c.PutAnswer("d.test", false, addrs(public), 2*time.Minute)
 	if len(c.m) != 2 {
 		t.Fatalf("cache holds %d entries, want at most 2", len(c.m))
+	}
+}
+
+// blockingResolver answers once release is closed, counting questions.
+type blockingResolver struct {
+	release chan struct{}
+	mu      sync.Mutex
+	n       int
+}
+
+func (b *blockingResolver) LookupTTL(_ context.Context, _ string, v6 bool) ([]netip.Addr, time.Duration, error) {
+	b.mu.Lock()
+	b.n++
+	b.mu.Unlock()
+	<-b.release
+	if v6 {
+		return nil, time.Minute, nil
+	}
+	return addrs(public), time.Minute, nil
+}
+
+// TestConcurrentMissesAskOnce: tunnels opening at once to a name not in the cache share one
+// question per family.
+func TestConcurrentMissesAskOnce(t *testing.T) {
+	br := &blockingResolver{release: make(chan struct{})}
+	cr := NewCachingResolver(NewAnswerCache(CacheConfig{}), br)
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			a, err := cr.LookupNetIP(context.Background(), "ip", "svc.test")
+			if err == nil && !slices.Equal(a, addrs(public)) {
+				err = errors.New("wrong answer")
+			}
+			errs <- err
+		}()
+	}
+	// Wait until both families' questions are under way, then let them answer.
+	for {
+		br.mu.Lock()
+		asked := br.n
+		br.mu.Unlock()
+		cr.mu.Lock()
+		inFlight := len(cr.flight)
+		cr.mu.Unlock()
+		if asked == 2 && inFlight == 2 {
+			break
+		}
+		if asked > 2 {
+			t.Fatalf("%d questions for one name, want 2 (A and AAAA)", asked)
+		}
+		runtime.Gosched()
+	}
+	close(br.release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if br.n != 2 {
+		t.Fatalf("%d questions, want 2", br.n)
 	}
 }
