@@ -228,9 +228,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	printReport(stdout, cfg, gen, e, legs)
 	printInjectReport(stdout, legs)
-	tlsFailed := false
-	if cfg.tls {
-		tlsFailed = runTLSSection(ctx, e, root, stdout) != 0
+	code := runSections(ctx, e, root, stdout)
+	for _, l := range legs {
+		if l.problem != "" {
+			return 1
+		}
+	}
+	return code
+}
+
+// runSections runs and prints the sections after the HTTP legs: HTTPS, DNS, kernel, model
+// API and sandboxes. It returns 1 when one failed or was invalid, else 0.
+func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int {
+	cfg := e.cfg
+	code := 0
+	if cfg.tls && runTLSSection(ctx, e, root, stdout) != 0 {
+		code = 1
 	}
 	if cfg.dns {
 		rep := runDNSBench(ctx, e, root)
@@ -239,7 +252,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	krep := runKernelBench(ctx, progress)
+	krep := runKernelBench(ctx, e.progress)
 	printKernelReport(stdout, krep)
 	if krep.err != nil {
 		return 1
@@ -254,15 +267,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if srep.err != nil {
 		return 1
 	}
-	for _, l := range legs {
-		if l.problem != "" {
-			return 1
-		}
-	}
-	if tlsFailed {
-		return 1
-	}
-	return 0
+	return code
 }
 
 // pickGenerator returns wrk, or says exactly how to install it.

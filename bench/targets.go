@@ -138,24 +138,7 @@ func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, op
 		"--audit-log", auditPath,
 		"--sandbox", "bench",
 	}
-	// Listeners the bench does not use are turned off, so they neither take CPU nor clash
-	// with another process on their default ports, and the sidecar's own resolver is a dead
-	// loopback port: the upstream is an IP, and no DNS query may leave the machine. Only
-	// flags this binary lists in its help are passed.
-	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
-	help, _ := exec.CommandContext(hctx, bin, "run", "--help").CombinedOutput()
-	hcancel()
-	for _, f := range [][2]string{
-		{"transparent-addr", "off"}, {"dns-addr", "off"}, {"llm-addr", "off"},
-		{"upstream-dns", opts.upstreamDNS},
-	} {
-		if regexp.MustCompile(`(?m)^\s*--?` + f[0] + `\b`).Match(help) {
-			args = append(args, "--"+f[0], f[1])
-		}
-	}
-	if opts.pprof {
-		args = append(args, "--admin-pprof")
-	}
+	args = append(args, optionalFlags(ctx, bin, opts)...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	// Neither the caller's proxy settings nor its AIRLOCK_* variables (which set any flag
@@ -192,6 +175,29 @@ func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, op
 	return &proxyRun{addr: proxyAddr, admin: adminAddr, stateDir: stateDir, p: p, audit: func() (auditStats, error) {
 		return airlockAudit(auditPath)
 	}}, nil
+}
+
+// optionalFlags turns off the listeners the bench does not use, so they neither take CPU
+// nor clash with another process on their default ports, and points the sidecar's resolver
+// at opts.upstreamDNS (a dead loopback port for the HTTP legs: the upstream is an IP, and no
+// DNS query may leave the machine). Only flags bin lists in its help are passed.
+func optionalFlags(ctx context.Context, bin string, opts airlockOpts) []string {
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	help, _ := exec.CommandContext(hctx, bin, "run", "--help").CombinedOutput()
+	hcancel()
+	var args []string
+	for _, f := range [][2]string{
+		{"transparent-addr", "off"}, {"dns-addr", "off"}, {"llm-addr", "off"},
+		{"upstream-dns", opts.upstreamDNS},
+	} {
+		if regexp.MustCompile(`(?m)^\s*--?` + f[0] + `\b`).Match(help) {
+			args = append(args, "--"+f[0], f[1])
+		}
+	}
+	if opts.pprof {
+		args = append(args, "--admin-pprof")
+	}
+	return args
 }
 
 // airlockBinary returns -airlock-bin, or builds ./cmd/airlock into dir.

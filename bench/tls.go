@@ -118,7 +118,7 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 		return nil, nil, nil, err
 	}
 	defer te.up.stop()
-	defer te.dns.srv.Shutdown()
+	defer te.dns.close()
 	var legs []*tlsLeg
 	defer func() {
 		for _, l := range legs {

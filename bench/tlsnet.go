@@ -24,7 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // The HTTPS section's names. Both resolve to 127.0.0.1 through the bench's own DNS server
@@ -165,10 +165,11 @@ func runTLSUpstreamChild() int {
 
 // benchDNS answers A queries for *.bench.test with 127.0.0.1 (TTL 300), other types with
 // NODATA and the zone's SOA, and counts queries, so the report shows how often airlock asked.
+// It is a few lines of golang.org/x/net/dns/dnsmessage: miekg/dns lives in dnsfilter only.
 type benchDNS struct {
 	addr    string
 	queries atomic.Int64
-	srv     *dns.Server
+	pc      net.PacketConn
 }
 
 func startBenchDNS() (*benchDNS, error) {
@@ -176,28 +177,77 @@ func startBenchDNS() (*benchDNS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for bench DNS: %w", err)
 	}
-	b := &benchDNS{addr: pc.LocalAddr().String()}
-	b.srv = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		b.queries.Add(1)
-		m := new(dns.Msg)
-		m.SetReply(q)
-		switch {
-		case len(q.Question) != 1 || !strings.HasSuffix(q.Question[0].Name, "bench.test."):
-			m.Rcode = dns.RcodeNameError
-		case q.Question[0].Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA,
-				Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(127, 0, 0, 1)})
-		default:
-			// No other records: NODATA with the zone's SOA, as a real server answers
-			// (RFC 2308), so the answer may be cached for the SOA's minimum.
-			m.Ns = append(m.Ns, &dns.SOA{Hdr: dns.RR_Header{Name: "bench.test.", Rrtype: dns.TypeSOA,
-				Class: dns.ClassINET, Ttl: 300}, Ns: "ns.bench.test.", Mbox: "hostmaster.bench.test.",
-				Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minttl: 300})
-		}
-		w.WriteMsg(m)
-	})}
-	go b.srv.ActivateAndServe()
+	b := &benchDNS{addr: pc.LocalAddr().String(), pc: pc}
+	go b.serve()
 	return b, nil
+}
+
+// close stops the server.
+func (b *benchDNS) close() { b.pc.Close() }
+
+func (b *benchDNS) serve() {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := b.pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		b.queries.Add(1)
+		if out, err := benchAnswer(buf[:n]); err == nil {
+			b.pc.WriteTo(out, from)
+		}
+	}
+}
+
+// benchAnswer builds the answer to one query.
+func benchAnswer(q []byte) ([]byte, error) {
+	var p dnsmessage.Parser
+	h, err := p.Start(q)
+	if err != nil {
+		return nil, err
+	}
+	qs, err := p.Question()
+	if err != nil {
+		return nil, err
+	}
+	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
+	name := strings.ToLower(qs.Name.String())
+	if !strings.HasSuffix(name, "bench.test.") {
+		rh.RCode = dnsmessage.RCodeNameError
+	}
+	bld := dnsmessage.NewBuilder(nil, rh)
+	bld.EnableCompression()
+	if err := bld.StartQuestions(); err != nil {
+		return nil, err
+	}
+	if err := bld.Question(qs); err != nil {
+		return nil, err
+	}
+	switch {
+	case rh.RCode != dnsmessage.RCodeSuccess:
+	case qs.Type == dnsmessage.TypeA:
+		if err := bld.StartAnswers(); err != nil {
+			return nil, err
+		}
+		rr := dnsmessage.ResourceHeader{Name: qs.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 300}
+		if err := bld.AResource(rr, dnsmessage.AResource{A: [4]byte{127, 0, 0, 1}}); err != nil {
+			return nil, err
+		}
+	default:
+		// NODATA with the zone's SOA, as a real server answers (RFC 2308), so the answer may
+		// be cached for the SOA's minimum.
+		if err := bld.StartAuthorities(); err != nil {
+			return nil, err
+		}
+		zone := dnsmessage.MustNewName("bench.test.")
+		rr := dnsmessage.ResourceHeader{Name: zone, Type: dnsmessage.TypeSOA, Class: dnsmessage.ClassINET, TTL: 300}
+		soa := dnsmessage.SOAResource{NS: dnsmessage.MustNewName("ns.bench.test."), MBox: dnsmessage.MustNewName("hostmaster.bench.test."),
+			Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, MinTTL: 300}
+		if err := bld.SOAResource(rr, soa); err != nil {
+			return nil, err
+		}
+	}
+	return bld.Finish()
 }
 
 // tlsClient opens TLS connections to the upstream, directly or through a proxy's CONNECT.
