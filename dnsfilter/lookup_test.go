@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,11 +58,20 @@ func TestLookupTTL(t *testing.T) {
 
 // answerLog records the answers the filter shares.
 type answerLog struct {
+	mu  sync.Mutex
 	got []string
 }
 
 func (a *answerLog) PutAnswer(name string, v6 bool, addrs []netip.Addr, ttl time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.got = append(a.got, fmt.Sprintf("%s v6=%v %v %s", name, v6, addrs, ttl))
+}
+
+func (a *answerLog) shared() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got)
 }
 
 // TestFilterSharesWholeAnswers: the filter hands every address of a forwarded answer to
@@ -76,7 +86,7 @@ func TestFilterSharesWholeAnswers(t *testing.T) {
 		t.Fatalf("the sandbox got the internal address: %v", got)
 	}
 	want := []string{"allowed.example v6=false [198.18.0.10 10.0.0.1] 30s"}
-	if !slices.Equal(log.got, want) {
-		t.Fatalf("shared %q, want %q", log.got, want)
+	if got := log.shared(); !slices.Equal(got, want) {
+		t.Fatalf("shared %q, want %q", got, want)
 	}
 }
