@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"testing"
 	"time"
@@ -125,4 +128,37 @@ func TestSplicedTunnelIdlesOut(t *testing.T) {
 		t.Fatal("read data from an idle tunnel")
 	}
 	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "bytes_down": float64(2 * spliceAfter)})
+}
+
+// TestTransparentTunnelSplicesUpload: a redirected TLS connection carrying a body larger
+// than spliceAfter (so its upload splices after the classified ClientHello) arrives whole.
+func TestTransparentTunnelSplicesUpload(t *testing.T) {
+	h, od := newTransparentHarness(t, basicEgress)
+	h.route(addrAPI, 443, h.upstream.tlsServer(t, echo(), "api.test"))
+	od.set(netip.MustParseAddrPort("198.18.0.10:443"))
+	c, err := net.Dial("tcp", h.taddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: h.upstream.pool})
+	const size = 4 * spliceAfter
+	fmt.Fprintf(tc, "POST /up HTTP/1.1\r\nHost: api.test\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", size)
+	if _, err := io.CopyN(tc, zeroReader{}, size); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf(`POST api.test /up auth="" body=%d`, size); string(body) != want {
+		t.Fatalf("got %q, want %q", body, want)
+	}
+	tc.Close()
+	ev := h.log.wait(t, 1)[0]
+	if up, _ := ev["bytes_up"].(float64); up < size {
+		t.Errorf("bytes_up = %v, want at least the %d body bytes", ev["bytes_up"], size)
+	}
 }

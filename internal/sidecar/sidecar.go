@@ -48,8 +48,8 @@ type Sidecar struct {
 	resolver *egress.CachingResolver
 	// answers is the resolver's answer cache, which the DNS filter fills too.
 	answers *egress.AnswerCache
-	ca       *proxy.CA
-	guard    *egress.Guard
+	ca      *proxy.CA
+	guard   *egress.Guard
 	// self is the guard's own-address list: every listener registers into it as it opens,
 	// and the proxy and the model API never dial any of them.
 	self *egress.SelfAddrs
