@@ -192,14 +192,17 @@ const spliceAfter = 64 << 10
 // io.LimitedReader over a *net.TCPConn. Each run is bounded in bytes (spliceChunk, for the
 // counters) and in time (a read deadline of IdleTimeout/8), so a direction that waits
 // notices when the whole tunnel has idled out, and a direction that moves bytes slowly
-// still reports them. It returns nil at src's EOF.
+// still reports them. A write to dst stuck for IdleTimeout ends the tunnel, as in copyPipe
+// (splice may have taken bytes from src that it could not deliver). It returns nil at src's
+// EOF.
 func splicePipe(dst, src *net.TCPConn, idle *idleClock, n *atomic.Int64, total prometheus.Counter) error {
 	lr := &io.LimitedReader{R: src}
 	tick := max(idle.idle/8, time.Millisecond)
 	for {
 		now := time.Now()
+		writeBy := now.Add(idle.idle)
 		_ = src.SetReadDeadline(now.Add(tick))
-		_ = dst.SetWriteDeadline(now.Add(idle.idle))
+		_ = dst.SetWriteDeadline(writeBy)
 		lr.N = spliceChunk
 		k, err := dst.ReadFrom(lr)
 		if k > 0 {
@@ -212,7 +215,9 @@ func splicePipe(dst, src *net.TCPConn, idle *idleClock, n *atomic.Int64, total p
 			return nil // src's EOF ended the run before the chunk did
 		case err == nil:
 			continue
-		case isTimeout(err) && !idle.expired():
+		case isTimeout(err) && time.Now().Before(writeBy) && !idle.expired():
+			// The read tick: nothing was waiting in the pipe. (A write that timed out may
+			// have left bytes in it, which are lost: that ends the tunnel, below.)
 			continue
 		}
 		return err
