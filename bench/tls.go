@@ -38,7 +38,22 @@ type tlsLeg struct {
 	name    string
 	pr      *proxyRun // nil for direct
 	idleRSS int64     // right after start, before any load
-	problem string    // the target could not start
+	audit   *auditStats
+	problem string // the target could not start, or its audit trail is missing
+}
+
+// checkAudit stops the proxy (its audit trail is complete only then) and checks that it
+// recorded the section's traffic, none of it denied.
+func (l *tlsLeg) checkAudit() {
+	if l.pr == nil || l.problem != "" || l.pr.audit == nil {
+		return
+	}
+	l.pr.p.stop()
+	st, err := l.pr.audit()
+	l.audit = &st
+	if err != nil {
+		l.problem = "audit: " + err.Error()
+	}
 }
 
 // tlsResult is one run of one test against one leg.
@@ -144,6 +159,9 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 		if ctx.Err() != nil {
 			return te, legs, outs, ctx.Err()
 		}
+	}
+	for _, l := range legs {
+		l.checkAudit()
 	}
 	return te, legs, outs, nil
 }

@@ -27,6 +27,11 @@ func runTLSSection(ctx context.Context, e *env, root string, w io.Writer) int {
 		return 1
 	}
 	printTLSReport(w, e, te, legs, outs)
+	for _, l := range legs {
+		if l.problem != "" {
+			return 1
+		}
+	}
 	for _, o := range outs {
 		for _, p := range o.problem {
 			if !strings.HasPrefix(p, "n/a: ") {
@@ -55,7 +60,15 @@ func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tls
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "DNS queries the bench's DNS server answered (airlock's resolver; Squid reads hosts_file): %d\n", te.dns.queries.Load())
 	for _, l := range legs {
-		if l.pr == nil || l.problem != "" {
+		switch {
+		case l.problem != "":
+			fmt.Fprintf(w, "%s: INVALID: %s\n", l.name, l.problem)
+		case l.audit != nil:
+			fmt.Fprintf(w, "audit %-8s %d records (%s)\n", l.name+":", l.audit.lines, l.audit.file)
+		}
+	}
+	for _, l := range legs {
+		if l.pr == nil || l.idleRSS == 0 {
 			continue
 		}
 		line := fmt.Sprintf("idle RSS %-8s %5.1f MiB (process tree, after start, before load)", l.name+":", mib(l.idleRSS))
