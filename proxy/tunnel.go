@@ -125,6 +125,8 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 		defer wg.Done()
 		src, first := client, []byte(nil)
 		if screen != nil {
+			// The client's first bytes are due within IdleTimeout, as any later ones.
+			_ = client.SetReadDeadline(time.Now().Add(idle.idle))
 			br := bufio.NewReaderSize(client, classifyBuffer)
 			var err error
 			if first, err = screen(br); err != nil {
