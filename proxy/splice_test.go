@@ -162,3 +162,16 @@ func TestTransparentTunnelSplicesUpload(t *testing.T) {
 		t.Errorf("bytes_up = %v, want at least the %d body bytes", ev["bytes_up"], size)
 	}
 }
+
+// TestSilentClientAfterServerEOF: the server sends its bytes and ends its side; a client
+// that never sends a byte (nor closes) is still let go of after the idle timeout, so no
+// tunnel waits for its first bytes forever.
+func TestSilentClientAfterServerEOF(t *testing.T) {
+	addr := serveOnce(t, func(c net.Conn) { io.WriteString(c, "hello") })
+	h, c := rawTunnel(t, addr, 150*time.Millisecond)
+	if b, err := io.ReadAll(c); err != nil || string(b) != "hello" {
+		t.Fatalf("read %q, %v; want hello and EOF", b, err)
+	}
+	// The client keeps its side open and says nothing: the tunnel must still end.
+	checkEvent(t, h.log.wait(t, 1)[0], map[string]any{"kind": "connect", "bytes_down": float64(5), "bytes_up": float64(0)})
+}

@@ -125,11 +125,15 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 		defer wg.Done()
 		src, first := client, []byte(nil)
 		if screen != nil {
-			// The client's first bytes are due within IdleTimeout, as any later ones.
+			// The client's first bytes are due within IdleTimeout of the tunnel's last
+			// traffic, as any later ones: the other direction's progress moves the deadline.
+			idle.screening.Store(&client)
 			_ = client.SetReadDeadline(time.Now().Add(idle.idle))
 			br := bufio.NewReaderSize(client, classifyBuffer)
 			var err error
-			if first, err = screen(br); err != nil {
+			first, err = screen(br)
+			idle.screening.Store(nil)
+			if err != nil {
 				_ = client.Close()
 				_ = upstream.Close()
 				return
@@ -300,10 +304,21 @@ func closeWrite(c net.Conn) {
 type idleClock struct {
 	idle time.Duration
 	last atomic.Int64 // unix nanoseconds of the last progress
+	// screening is the client while relay's screen reads its first bytes (with a plain
+	// read deadline): progress pushes that deadline, at most once per idle/16 (pushed).
+	screening atomic.Pointer[net.Conn]
+	pushed    atomic.Int64
 }
 
 // progress records that bytes moved now.
-func (c *idleClock) progress() { c.last.Store(time.Now().UnixNano()) }
+func (c *idleClock) progress() {
+	now := time.Now().UnixNano()
+	c.last.Store(now)
+	if sc := c.screening.Load(); sc != nil && now-c.pushed.Load() >= int64(c.idle/16) {
+		c.pushed.Store(now)
+		_ = (*sc).SetReadDeadline(time.Unix(0, now).Add(c.idle))
+	}
+}
 
 // expired reports whether no bytes moved for idle.
 func (c *idleClock) expired() bool {
