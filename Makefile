@@ -6,6 +6,7 @@
 #   make kubecluster  build/cache the test cluster's binaries (for AIRLOCK_CLUSTER_TESTS=1)
 #   make test      vet + every test, privileged ones included when run as root
 #   make bench     proxied req/s (HTTP and HTTPS) against direct, Squid and tinyproxy, as ratios
+#   make bench-kube  on the test cluster: apply->Ready with and without injection, sidecar RSS
 #   make lint      gofmt, go vet, staticcheck
 #   make generate  regenerate generated code (go generate ./...)
 #   make fuzz      run each fuzz target for FUZZTIME (default 30s)
@@ -26,7 +27,7 @@ BPF_CLANG_MAJOR ?= 14
 TESTFLAGS   ?=
 BENCHFLAGS  ?=
 
-.PHONY: all build image run demo test vaulttest kubecluster bench lint generate fuzz clean
+.PHONY: all build image run demo test vaulttest kubecluster bench bench-kube lint generate fuzz clean
 
 all: build
 
@@ -78,6 +79,12 @@ test: vaulttest
 
 bench:
 	$(GO) run ./bench $(BENCHFLAGS)
+
+# On a real test cluster with the webhook and the node agent installed: apply->Ready of a
+# labelled pod and an unlabelled one (Pod Security "restricted"), and the injected sidecar's
+# RSS at idle and with 1 000 open tunnels. Root and the cluster binaries (make kubecluster).
+bench-kube: kubecluster
+	AIRLOCK_CLUSTER_TESTS=1 AIRLOCK_PRIVILEGED_TESTS=1 AIRLOCK_CLUSTER_BENCH=1 $(GO) test -count=1 -timeout 40m -run '^TestKubeBench$$' -v ./e2e/cluster/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

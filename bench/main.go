@@ -162,6 +162,8 @@ func main() {
 			os.Exit(runLLMProviderChild())
 		case tlsUpstreamRole:
 			os.Exit(runTLSUpstreamChild())
+		case llmAnthropicRole:
+			os.Exit(runLLMAnthropicChild())
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -260,6 +262,11 @@ func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int
 	lrep := runLLMBench(ctx, e, root)
 	printLLMReport(stdout, lrep)
 	if lrep.err != nil {
+		return 1
+	}
+	trep := runTranslateBench(ctx, e, root)
+	printTranslateReport(stdout, trep)
+	if trep.err != nil {
 		return 1
 	}
 	srep := runSandboxBench(ctx, e, root)

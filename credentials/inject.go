@@ -160,7 +160,9 @@ func (b *Broker) placeholders(r *http.Request, d policy.Decision, sw swapper, lo
 			pats = append(pats, pattern{find: []byte(m), fail: &RefusalError{reason: policy.ReasonCredentialMisuse,
 				err: fmt.Errorf("a credential placeholder in the request body is not allowed for this destination: %w", ErrMisuse)}})
 		}
-		if slices.Contains(locs, "body") && !sw.raw.Empty() {
+		// Never inside gRPC messages: a swap would change the length of the message and of
+		// the protobuf field holding it, so there a placeholder is refused (messages.go).
+		if slices.Contains(locs, "body") && !sw.raw.Empty() && !isGRPC(r.Header) {
 			pats = append(pats, sw.raw.pats...)
 			pats = append(pats, sw.query.pats...)
 			// The body's length changes with the swap: send it chunked.
@@ -299,6 +301,7 @@ func (b *Broker) event(r *http.Request, d policy.Decision, decision string) audi
 // Content-Length (its length changes). A body in an encoding it cannot decode is scrubbed as
 // is when injected is false; when the request carried an injected secret (injected true),
 // FilterResponse closes it and returns a *RefusalError wrapping ErrUndecodable instead.
+// A gRPC body keeps its framing: each message is masked (same length) instead (messages.go).
 func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Response, error) {
 	rep := b.red.Replacer()
 	if rep.Empty() {
@@ -310,6 +313,11 @@ func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Respo
 		return resp, nil
 	}
 	raw := resp.Body
+	if isGRPC(resp.Header) && len(contentCodings(resp.Header)) == 0 {
+		resp.Body = &grpcBody{raw: raw, resp: resp, red: b.red, injected: injected,
+			encoding: strings.ToLower(resp.Header.Get("Grpc-Encoding"))}
+		return resp, nil
+	}
 	var dec io.ReadCloser = io.NopCloser(raw)
 	if codings := contentCodings(resp.Header); len(codings) > 0 {
 		d, err := decodeBody(raw, codings)

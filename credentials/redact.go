@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"bytes"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -26,12 +27,14 @@ type Redactor struct {
 	mu     sync.Mutex
 	values map[string]bool
 	cur    atomic.Pointer[Replacer]
+	mask   atomic.Pointer[Replacer] // the same patterns, replaced by as many '*'
 }
 
 // NewRedactor returns a Redactor that knows no value yet.
 func NewRedactor() *Redactor {
 	r := &Redactor{values: map[string]bool{}}
 	r.cur.Store(newReplacer(nil))
+	r.mask.Store(newReplacer(nil))
 	return r
 }
 
@@ -47,13 +50,15 @@ func (r *Redactor) Add(v string) bool {
 		return true
 	}
 	r.values[v] = true
-	var pats []pattern
+	var pats, masks []pattern
 	for val := range r.values {
 		for _, f := range forms(val) {
 			pats = append(pats, pattern{find: []byte(f), with: []byte(Redacted)})
+			masks = append(masks, pattern{find: []byte(f), with: bytes.Repeat([]byte{'*'}, len(f))})
 		}
 	}
 	r.cur.Store(newReplacer(pats))
+	r.mask.Store(newReplacer(masks))
 	return true
 }
 
@@ -107,6 +112,13 @@ func (r *Redactor) Bytes(b []byte) []byte {
 // String returns s with every known value scrubbed.
 func (r *Redactor) String(s string) string {
 	out, _ := r.cur.Load().String(s)
+	return out
+}
+
+// Mask returns b with every known value (and its encodings) replaced by as many '*' as it
+// has bytes (b itself when none occurs): for framed data whose lengths must not change.
+func (r *Redactor) Mask(b []byte) []byte {
+	out, _ := r.mask.Load().Bytes(b) // masking patterns never fail
 	return out
 }
 

@@ -112,10 +112,25 @@ func (r *Replacer) contains(b []byte) bool {
 	return false
 }
 
+// held is the length of the longest tail of b that is a proper prefix of a pattern: bytes
+// that may be the start of a match the next read completes.
+func (r *Replacer) held(b []byte) int {
+	best := 0
+	for _, p := range r.pats {
+		for k := min(len(p.find)-1, len(b)); k > best; k-- {
+			if bytes.Equal(b[len(b)-k:], p.find[:k]) {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
 // Reader returns a reader of rc's bytes with every match replaced, however rc splits them:
-// it holds back the last len(longest pattern)-1 bytes it has read until it knows no match
-// starts there. Meeting a fail pattern makes Read return that error (the bytes before the
-// match are delivered first). Close closes rc.
+// it holds back a tail of what it has read that could start a match (at most len(longest
+// pattern)-1 bytes) until it knows whether one starts there. Meeting a fail pattern makes
+// Read return that error (the bytes before the match are delivered first). Close closes rc.
 func (r *Replacer) Reader(rc io.ReadCloser) io.ReadCloser {
 	if r.Empty() {
 		return rc
@@ -162,7 +177,9 @@ func (s *streamReader) fill() {
 			s.err = err
 		}
 	}
-	limit := len(s.in) - (s.r.maxLen - 1)
+	// Hold back only a tail that could still start a match: a stream (SSE, a long poll)
+	// whose last bytes start no pattern is handed on at once, not when more arrives.
+	limit := len(s.in) - s.r.held(s.in)
 	if s.eof || s.err != nil {
 		limit = len(s.in)
 	}

@@ -227,6 +227,8 @@ func TestKernelProductionRefusesWithoutEnforcement(t *testing.T) {
 		{"no cgroup", "requires kernel enforcement", nil},
 		{"cgroup that does not exist", "kernel enforcement on", []string{"--cgroup", dir + "/no-such-cgroup"}},
 		{"not a cgroup v2 directory", "kernel enforcement on", []string{"--cgroup", dir}},
+		// A pod on a node without the agent: the sidecar exits, its startup probe never passes.
+		{"no node agent", "kernel enforcement on the pod's cgroup (node agent) unavailable", []string{"--node-agent", "--node-agent-wait", "1s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"run", "--policy", pol, "--environment", "production", "--state-dir", dir + "/state",

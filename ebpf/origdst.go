@@ -26,7 +26,13 @@ func (e *Enforcer) OriginalDst(c net.Conn) (netip.AddrPort, error) {
 	if !ok {
 		return netip.AddrPort{}, fmt.Errorf("original destination of %v: not a TCP connection: %w", c.RemoteAddr(), ErrNoOriginalDst)
 	}
-	peer := ta.AddrPort()
+	return e.OriginalDstOf(ta.AddrPort())
+}
+
+// OriginalDstOf is OriginalDst for the accepted connection whose peer (the client's local
+// address and port) is peer: what a node agent looks up for a sidecar that holds the
+// connection itself. Same errors as OriginalDst.
+func (e *Enforcer) OriginalDstOf(peer netip.AddrPort) (netip.AddrPort, error) {
 	k := airlockTupleKey{Addr: addr16(peer.Addr()), Port: peer.Port()}
 	var o airlockOrigDst
 	err := e.objs.OrigTuple.LookupAndDelete(k, &o)

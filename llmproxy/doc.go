@@ -7,7 +7,8 @@
 //
 // What it does not own: where keys come from (the Keys interface; internal/sidecar passes the
 // credential broker or a development source), the policy (policy.Store), listeners other
-// than its own, the audit log's sink. It imports policy and audit and nothing else of ours;
+// than its own, the audit log's sink. It imports policy, audit, egress and its own translate
+// subpackage, and nothing else of ours;
 // internal/sidecar wires it (cmd/airlock reads its ledger for airlock usage). proxy and
 // dnsfilter never import it, nor it them.
 //
@@ -17,4 +18,10 @@
 // → fetch the provider key → dispatch with retries and fallbacks before the first byte
 // (upstream.go) → pass the answer through, counting usage (stream.go, usage.go) → settle the
 // reservation to the real usage → one audit event and metrics.
+//
+// A call in one provider's dialect to a model routed to the other provider (OpenAI Chat
+// Completions or Responses to Anthropic, Anthropic Messages to OpenAI) is translated right
+// after routing (translation.go, with the mapping itself in the translate subpackage): every
+// later stage, the budget and the ledger included, sees the provider's side of the call, and
+// the answer, stream and errors are mapped back to the caller's dialect on the way out.
 package llmproxy

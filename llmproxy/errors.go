@@ -58,6 +58,8 @@ type apiError struct {
 	code string
 	// openaiType is the OpenAI error "type"; Anthropic's is derived from status.
 	openaiType string
+	// param is the OpenAI "param": the request field at fault, when there is one.
+	param      string
 	message    string
 	retryAfter time.Duration
 	// deny marks a policy decision (model, budget): X-Airlock-Decision: deny.
@@ -112,7 +114,11 @@ func (e *apiError) body(f family) []byte {
 	if f == familyAnthropic {
 		v = map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(e.status), "message": e.message}}
 	} else {
-		v = map[string]any{"error": map[string]any{"message": e.message, "type": e.openaiType, "param": nil, "code": e.code}}
+		var param any
+		if e.param != "" {
+			param = e.param
+		}
+		v = map[string]any{"error": map[string]any{"message": e.message, "type": e.openaiType, "param": param, "code": e.code}}
 	}
 	b, _ := json.Marshal(v)
 	return b

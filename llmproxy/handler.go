@@ -64,9 +64,15 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	x.route = rt
 	x.ev.Provider = rt.provider
 	if rt.family() != ep.family() {
-		x.refuse(w, wrongAPI(rt, ep), policy.ReasonWrongAPI)
-		return
+		var reason policy.Reason
+		if c, aerr, reason = translateCall(c, rt, x.start.Unix()); aerr != nil {
+			x.refuse(w, aerr, reason)
+			return
+		}
+		x.ev.Detail = fmt.Sprintf("translated %s to %s", c.tr.caller, c.tr.provider)
+		w.Header().Set("X-Airlock-Translated", c.tr.caller.String()+" -> "+c.tr.provider.String())
 	}
+	c.raw = nil // parsed (and translated): not held for the rest of the call
 	limit, inject, aerr := c.outputLimit(rt)
 	if aerr != nil {
 		x.refuse(w, aerr, policy.ReasonOutputCap)
@@ -231,8 +237,17 @@ func (x *exchange) pass(w http.ResponseWriter, c *call, at attempt, cancel conte
 	} else if c.ep != epCountTokens {
 		x.chargeReservation()
 	}
+	body, aerr := c.callerBody(resp.StatusCode, body, x.start.Unix())
+	if aerr != nil {
+		x.ev.Error = aerr.message
+		x.fail(w, aerr)
+		return
+	}
 	x.firstToken()
 	w.Header().Del("Content-Length")
+	if c.tr != nil {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.WriteHeader(resp.StatusCode)
 	n, _ := w.Write(body)
 	x.ev.BytesDown = int64(n)

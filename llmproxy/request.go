@@ -55,12 +55,16 @@ type call struct {
 	choices int64
 	// inputBytes is the request body's size, the input reservation (see reserveTokens).
 	inputBytes int64
+	// raw is the request body as received.
+	raw []byte
+	// tr is set on a call translated from the caller's dialect (translation.go).
+	tr *translation
 }
 
 // parseCall decodes a call's JSON body. Only the fields airlock acts on are interpreted; the
 // rest passes through unchanged.
 func parseCall(ep endpoint, raw []byte) (*call, *apiError) {
-	c := &call{ep: ep, inputBytes: int64(len(raw))}
+	c := &call{ep: ep, inputBytes: int64(len(raw)), raw: raw}
 	if err := json.Unmarshal(raw, &c.body); err != nil || c.body == nil {
 		return nil, badRequest("the request body must be a JSON object")
 	}

@@ -206,8 +206,9 @@ func TestModelNotAllowed(t *testing.T) {
 		!strings.Contains(ae.RawJSON(), "allowed models") {
 		t.Errorf("anthropic: %v", err)
 	}
-	// A model of the other API is refused in the caller's API format.
-	_, err = e.ac().Messages.New(ctxT(t), anthropic.MessageNewParams{Model: "gpt-test", MaxTokens: 10,
+	// A model of the other API, on an endpoint that has no translation, is refused in the
+	// caller's API format.
+	_, err = e.ac().Messages.CountTokens(ctxT(t), anthropic.MessageCountTokensParams{Model: "gpt-test",
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || ae.Type() != "invalid_request_error" {
 		t.Errorf("wrong API: %v", err)

@@ -140,13 +140,16 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, count 
 	for {
 		ev, err := rd.next()
 		kick()
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) || (err != nil && len(ev.raw) == 0) {
+		// A translated stream cannot pass a partial event on: it ends with an error event.
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) || (err != nil && (len(ev.raw) == 0 || c.tr != nil)) {
 			// After the stream's last event (message_stop, [DONE], response.completed) a
-			// caller that hangs up is not an error: the call is complete.
-			if !errors.Is(err, io.EOF) && !res.meter.done {
+			// caller that hangs up is not an error: the call is complete. A translated
+			// stream that ends without the provider's last event gets an error event even
+			// at a clean EOF: the caller's SDK would otherwise wait for its own last event.
+			if (!errors.Is(err, io.EOF) || c.tr != nil) && !res.meter.done {
 				res.err = err
 				res.cut = cutError(err, timedOut())
-				res.bytesDown += writeCut(w, rc, c.ep, res.cut)
+				res.bytesDown += writeCut(w, rc, c.callerEndpoint(), res.cut)
 			}
 			return res
 		}
@@ -156,16 +159,17 @@ func pump(w http.ResponseWriter, body io.Reader, c *call, outLimit int64, count 
 		if c.ep != epEmbeddings && outLimit > 0 && res.meter.deltas > outLimit && !res.meter.done {
 			res.cut = &apiError{status: policy.ReasonBudgetExhausted.HTTPStatus(), code: "insufficient_quota", openaiType: "insufficient_quota", deny: true,
 				message: fmt.Sprintf("airlock: stream cut: the provider sent more than the %d output tokens this call reserved from the sandbox's budget", outLimit)}
-			res.bytesDown += writeCut(w, rc, c.ep, res.cut)
+			res.bytesDown += writeCut(w, rc, c.callerEndpoint(), res.cut)
 			return res
+		}
+		raw := c.outgoing(ev, res.meter.upstreamError, redact)
+		if len(raw) == 0 {
+			res.out += res.meter.last // nothing for the caller in this event (ping, block start)
+			continue
 		}
 		if !res.firstByte {
 			res.firstByte = true
 			onFirst()
-		}
-		raw := ev.raw
-		if res.meter.upstreamError {
-			raw = redact(raw)
 		}
 		n, werr := w.Write(raw)
 		res.bytesDown += int64(n)

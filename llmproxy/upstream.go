@@ -127,6 +127,9 @@ func newUpstreamRequest(ctx context.Context, in *http.Request, r *route, ep endp
 		return nil, fmt.Errorf("build provider request: %w", err)
 	}
 	for _, h := range forwardedRequestHeaders {
+		if !headerFor(h, r.ptype) {
+			continue
+		}
 		if v := in.Header.Values(h); len(v) > 0 {
 			req.Header[h] = slices.Clone(v)
 		}
@@ -148,6 +151,19 @@ func newUpstreamRequest(ctx context.Context, in *http.Request, r *route, ep endp
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	return req, nil
+}
+
+// headerFor reports whether forwarded header h belongs to the API of a provider of type
+// pt: anthropic-* headers go to Anthropic only, openai-* ones to OpenAI-style providers only
+// (a translated call's caller sends the other API's).
+func headerFor(h string, pt policy.ProviderType) bool {
+	switch {
+	case strings.HasPrefix(h, "Anthropic-"):
+		return pt == policy.ProviderAnthropic
+	case strings.HasPrefix(h, "Openai-"):
+		return pt != policy.ProviderAnthropic
+	}
+	return true
 }
 
 // copyResponseHeaders passes the allowed provider headers to the caller.

@@ -85,7 +85,7 @@ const ReasonRateLimited Reason = "rate_limited"
 const (
 	ReasonInvalidRequest  Reason = "invalid_request"   // the body is not a valid call (400; 413 when over the size limit)
 	ReasonModelNotAllowed Reason = "model_not_allowed" // the model is not in spec.llm.models (404)
-	ReasonWrongAPI        Reason = "wrong_api"         // the model is served through the other provider API (400)
+	ReasonWrongAPI        Reason = "wrong_api"         // the model is served through the other provider API, untranslated (400)
 	ReasonOutputCap       Reason = "output_cap"        // max_tokens over the model's maxOutputTokens (400)
 	ReasonBudgetExhausted Reason = "budget_exhausted"  // a lifetime cap cannot cover the call's input (403)
 	ReasonUnboundedCost   Reason = "unbounded_cost"    // the call's cost cannot be bounded under a lifetime cap (403)
@@ -183,8 +183,8 @@ var reasonCatalogue = []ReasonInfo{
 		"check that the destination is up and listens on that port"},
 	{ReasonTimeout, EmitProxy, http.StatusGatewayTimeout, "the connect or response-header timeout passed",
 		"retry later; for slow upstreams raise --response-header-timeout"},
-	{ReasonUpgradeUnsupported, EmitProxy, http.StatusBadGateway, "the request asks for a protocol upgrade the proxy does not relay",
-		"use a plain HTTP request"},
+	{ReasonUpgradeUnsupported, EmitProxy, http.StatusBadGateway, "a protocol upgrade the proxy does not relay: anything but WebSocket (h2c included; refused with 403), CONNECT inside HTTP/2, or an upstream 101 that is not a valid WebSocket handshake (502)",
+		"use plain HTTP/1.1 or HTTP/2 (over TLS), or WebSocket over HTTP/1.1"},
 	{ReasonInjectionFailed, EmitProxy, http.StatusServiceUnavailable, "a credential the rule injects could not be had; nothing was sent",
 		"retry later; the operator checks the secret source (Vault, env) in the sidecar log"},
 	{ReasonBodyLimit, EmitProxy, http.StatusRequestEntityTooLarge, "the request body is over the limit",
@@ -219,7 +219,7 @@ var reasonCatalogue = []ReasonInfo{
 		"send a JSON object naming a model, within the body limit"},
 	{ReasonModelNotAllowed, EmitLLM, http.StatusNotFound, "the model is not in spec.llm.models",
 		"use one of the models the error message lists, or ask the policy owner to add it"},
-	{ReasonWrongAPI, EmitLLM, http.StatusBadRequest, "the model is served through the other provider API",
+	{ReasonWrongAPI, EmitLLM, http.StatusBadRequest, "the model is served through the other provider API, on an endpoint airlock does not translate (completions, embeddings, count_tokens)",
 		"call the endpoint the error message names"},
 	{ReasonOutputCap, EmitLLM, http.StatusBadRequest, "the output limit asked for exceeds the model's maxOutputTokens",
 		"lower max_tokens"},

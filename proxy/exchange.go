@@ -31,6 +31,9 @@ type origin struct {
 	headKnown  bool       // false when the raw request head could not be read (explicit listener)
 	ups        *upstreams // transports to the upstream
 	tunnel     *tunnel    // the intercepted tunnel the request came through, or nil
+	// stream is the client's response writer when the listener wrapped it (streamWriter):
+	// it flushes every write and remembers a hijacked connection (WebSocket). Nil otherwise.
+	stream *streamWriter
 }
 
 type ctxKey int
@@ -71,6 +74,7 @@ type exchange struct {
 	d      policy.Decision
 	up     atomic.Int64
 	down   atomic.Int64
+	ws     *wsUpgrade // a WebSocket handshake being forwarded (checkUpgrade), or nil
 
 	// mu guards the fields below, which the transport's goroutines also set.
 	mu      sync.Mutex
@@ -128,6 +132,9 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)})
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
+	}
+	if d, ok := x.checkUpgrade(r); !ok {
+		return x.deny(r, d)
 	}
 	if d, ok := x.checkFormOverride(r); !ok {
 		return x.deny(r, d)
@@ -239,6 +246,11 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		x.secrets = x.d.Secrets
 		x.mu.Unlock()
 	}
+	if x.ws != nil {
+		if resp := x.prepareUpgrade(r); resp != nil {
+			return resp, nil
+		}
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &countingBody{rc: r.Body, limit: x.p.cfg.MaxRequestBodyBytes, n: &x.up, total: x.p.metrics.bytesUp}
 	}
@@ -249,9 +261,7 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		return x.upstreamFailure(r, err), nil
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		_ = resp.Body.Close()
-		x.setError(errors.New("upstream switched protocols; upgrades are not proxied"))
-		return x.fail(r, policy.ReasonUpgradeUnsupported), nil
+		return x.switchProtocols(r, resp), nil
 	}
 	if f, ok := x.p.cfg.Injector.(ResponseFilter); ok {
 		x.mu.Lock()
@@ -330,7 +340,10 @@ func (x *exchange) fail(r *http.Request, reason policy.Reason) *http.Response {
 }
 
 // respond records resp's status and counts its body; closing the body ends the exchange.
+// Upgrade, a hop-by-hop header, is dropped: only a relayed 101 (switchProtocols, which
+// does not come here) may make goproxy take the connection over for WebSocket.
 func (x *exchange) respond(resp *http.Response) *http.Response {
+	resp.Header.Del("Upgrade")
 	x.mu.Lock()
 	x.status = resp.StatusCode
 	x.mu.Unlock()

@@ -76,6 +76,8 @@ func (p *Proxy) serveExplicit(w http.ResponseWriter, r *http.Request) {
 		}
 		w = &hijackNotifier{ResponseWriter: w, hc: hc}
 	}
+	o.stream = &streamWriter{ResponseWriter: w}
+	w = o.stream
 	if r.Method == http.MethodConnect {
 		// Tracked from before the hijack, so Shutdown never misses a tunnel that is starting.
 		e := p.active.add(hc)

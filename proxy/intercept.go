@@ -28,7 +28,7 @@ func (p *Proxy) intercept(t *tunnel, client net.Conn) {
 	if first[0] == recordTypeHandshake {
 		cfg := &tls.Config{
 			MinVersion:       tls.VersionTLS12,
-			NextProtos:       []string{"http/1.1"},
+			NextProtos:       []string{"h2", "http/1.1"}, // HTTP/2 when the client offers it (h2.go)
 			GetCertificate:   t.certificate,
 			VerifyConnection: t.verifyServerName,
 		}
@@ -75,22 +75,27 @@ func (t *tunnel) verifyServerName(cs tls.ConnectionState) error {
 	return nil
 }
 
-// serveInner serves the HTTP/1.1 requests inside an intercepted tunnel until the connection
-// closes or idles out. Each request goes through goproxy like an absolute-form one, with the
-// tunnel's host as its URL host, and upstream connections go to the tunnel's checked
-// addresses only.
+// serveInner serves the requests inside an intercepted tunnel (HTTP/1.1, or HTTP/2 streams
+// when TLS negotiated h2) until the connection closes or idles out. Each request goes through
+// goproxy like an absolute-form one, with the tunnel's host as its URL host, and upstream
+// connections go to the tunnel's checked addresses only.
 func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 	t.ups = p.newUpstreams(t.dialPinned)
 	defer t.ups.closeIdle()
 	authority := net.JoinHostPort(t.host, strconv.Itoa(t.port))
-	srv := p.newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o := &origin{client: t.client, hostHeader: r.Host, headKnown: true, ups: t.ups, tunnel: t}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &streamWriter{ResponseWriter: w}
+		o := &origin{client: t.client, hostHeader: r.Host, headKnown: true, ups: t.ups, tunnel: t, stream: sw}
 		u := *r.URL
 		u.Scheme, u.Host, u.User = scheme, authority, nil
 		r.URL = &u
-		p.gp.ServeHTTP(w, r.WithContext(withOrigin(r.Context(), o)))
-	}))
-	p.serveConn(srv, conn)
+		p.gp.ServeHTTP(sw, r.WithContext(withOrigin(r.Context(), o)))
+	})
+	if tc, ok := conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
+		p.serveH2(conn, p.h2Handler(t, h))
+		return
+	}
+	p.serveConn(p.newServer(h), conn)
 }
 
 // serveConn serves one client connection with srv and returns when it is closed. Shutdown

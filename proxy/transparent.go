@@ -133,7 +133,9 @@ func (p *Proxy) transparentHTTP(c net.Conn, br *bufio.Reader, orig netip.AddrPor
 	defer ups.closeIdle()
 	port := strconv.Itoa(int(orig.Port()))
 	srv := p.newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o := &origin{client: client, hostHeader: r.Host, headKnown: true, ups: ups}
+		sw := &streamWriter{ResponseWriter: w}
+		o := &origin{client: client, hostHeader: r.Host, headKnown: true, ups: ups, stream: sw}
+		w = sw
 		u := *r.URL
 		u.Scheme, u.Host, u.User = "http", r.Host, nil
 		if a, err := parseAuthority(r.Host); err == nil {

@@ -93,6 +93,9 @@ func (p *Proxy) newUpstreams(dial dialFunc) *upstreams {
 			MaxIdleConns:           maxIdleTotal,
 			MaxResponseHeaderBytes: int64(p.cfg.MaxHeaderBytes),
 			DisableCompression:     true, // relay bodies as the upstream sent them
+			// HTTP/2 when the upstream offers it in ALPN, else HTTP/1.1; a WebSocket upgrade
+			// always goes over HTTP/1.1 (net/http keeps it off HTTP/2).
+			ForceAttemptHTTP2: true,
 		}
 	}}
 }

@@ -62,6 +62,8 @@ func commands() []command {
 		{"ca", "print the sidecar's TLS interception CA (ca export)", caCmd},
 		{"sandbox", "create, enter, list and remove local sandboxes (sandbox create|exec|list|delete|reap|doctor)", sandboxCmd},
 		{"webhook", "serve the Kubernetes admission webhook that injects the sidecar into labelled pods", webhookCmd},
+		{"node", "run the node agent that holds kernel enforcement for the labelled pods of its node (a DaemonSet)", nodeCmd},
+		{"health", "probe a loopback admin endpoint (the injected sidecar's exec probe)", healthCmd},
 		{"usage", "print model usage per model and the budget left, from the ledger", usageCmd},
 		{"version", "print the version", versionCmd},
 	}

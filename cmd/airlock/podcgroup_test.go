@@ -15,7 +15,10 @@ func TestPodFlagsValidate(t *testing.T) {
 		{[]string{"--pod-cgroup", "--environment", "production"}, ""},
 		{[]string{"--pod-cgroup", "--cgroup", "/sys/fs/cgroup/x"}, "mutually exclusive"},
 		{[]string{"--cgroup-root", "/host/sys/fs/cgroup"}, "only with --pod-cgroup"},
-		{[]string{"--environment", "production"}, "--pod-cgroup in a Kubernetes pod"},
+		{[]string{"--environment", "production"}, "--node-agent in a Kubernetes pod"},
+		{[]string{"--node-agent", "--environment", "production"}, ""},
+		{[]string{"--node-agent", "--transparent-addr", "off", "--environment", "production"}, ""},
+		{[]string{"--node-agent", "--transparent-addr", "off", "--pod-cgroup"}, "exclusive"},
 	} {
 		fs, c := runFlags(io.Discard)
 		if _, err := fs.parse(append([]string{"--policy", "p.yaml"}, tc.args...), io.Discard, false); err != nil {

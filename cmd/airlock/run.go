@@ -88,6 +88,8 @@ func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
 	// The Kubernetes webhook injects the sidecar with exactly `--pod-cgroup --cgroup-root
 	// /host/sys/fs/cgroup`.
 	fs.BoolVar(&c.PodCgroup, "pod-cgroup", false, "Kubernetes pod mode: attach kernel enforcement to the pod's cgroup (the parent of this container's cgroup), exempting this container's own cgroup; not with --cgroup")
+	fs.BoolVar(&c.NodeAgent, "node-agent", false, "Kubernetes pod mode without privilege: the node agent (airlock node, a DaemonSet) holds kernel enforcement on the pod's cgroup; the start waits for it to confirm; not with --cgroup or --pod-cgroup")
+	fs.DurationVar(&c.NodeAgentWait, "node-agent-wait", sidecar.DefaultNodeAgentWait, "with --node-agent: how long the start waits for the node agent (then production refuses to start)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", "", "where the host's cgroup v2 hierarchy is visible, e.g. a hostPath mount /host/sys/fs/cgroup (with --pod-cgroup); default: the cgroup2 mount of /proc/self/mountinfo")
 	// In a pod the sidecar writes the app containers' trust store into a volume they mount
 	// read-only, so they trust its interception CA without ever seeing its key.

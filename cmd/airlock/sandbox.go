@@ -31,7 +31,9 @@ Commands:
   reap          remove expired and orphaned sandboxes (--older-than D)
   doctor        check this machine can run sandboxes: a PASS/FAIL table with fixes
 
-Every command takes --state-dir (env AIRLOCK_STATE_DIR). Run "airlock sandbox <command> --help".
+Every command takes --state-dir (env AIRLOCK_STATE_DIR). create, list and delete take
+--backend kubernetes for sandbox pods with the sidecar injected by "airlock webhook".
+Run "airlock sandbox <command> --help".
 `
 
 func sandboxCmd(args []string, stdout, stderr io.Writer) error {
@@ -407,11 +409,17 @@ func parseUser(s string) (uid, gid int, err error) {
 }
 
 func sandboxList(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox list", "airlock sandbox list [--json]", `
+	fs := newFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
 List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
-sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.`, stderr)
+sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.
+With --backend kubernetes, list the sandbox pods "sandbox create --backend kubernetes" made
+(label airlock.dev/sandbox): namespace, name, age, phase, sidecar state, policy ConfigMap, node.`, stderr)
 	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
 	asJSON := fs.Bool("json", false, "print a JSON array with every field")
+	backend := fs.String("backend", "local", "local (this machine's state directory) | kubernetes (sandbox pods made by sandbox create --backend kubernetes)")
+	var k kubeClusterFlags
+	k.register(fs)
+	all := fs.Bool("all-namespaces", false, "kubernetes: list the sandboxes of every namespace")
 	rest, err := fs.parse(args, stdout, true)
 	if err != nil {
 		return err
@@ -419,6 +427,13 @@ sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage
 	if len(rest) != 0 {
 		fs.Usage()
 		return errUsage
+	}
+	switch *backend {
+	case "local":
+	case "kubernetes":
+		return kubeList(context.Background(), &k, *all, *asJSON, stdout)
+	default:
+		return failf("--backend %q: use local or kubernetes", *backend)
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -467,12 +482,18 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func sandboxDelete(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox delete", "airlock sandbox delete NAME [NAME...]", `
+	fs := newFlagSet("sandbox delete", "airlock sandbox delete [--backend kubernetes [--namespace NS]] NAME [NAME...]", `
 Stop each sandbox's sidecar gracefully (SIGTERM: it revokes its Vault leases; SIGKILL after
 30 s), kill what still runs in its cgroup, detach and unpin its kernel programs, and remove its
 network namespace, veth pair, cgroup and state. Deleting a sandbox that does not exist
-succeeds; a failed step keeps the state file so that delete or reap can retry.`, stderr)
+succeeds; a failed step keeps the state file so that delete or reap can retry.
+With --backend kubernetes, delete the sandbox pod (the kubelet stops the sidecar last, which
+revokes its Vault leases), wait until it is gone, and delete the policy ConfigMap made for it
+unless another sandbox uses it. Pods "sandbox create" did not make are refused.`, stderr)
 	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	backend := fs.String("backend", "local", "local (this machine's sandboxes) | kubernetes (a sandbox pod made by sandbox create --backend kubernetes, and the policy ConfigMap made for it)")
+	var k kubeClusterFlags
+	k.register(fs)
 	names, err := fs.parse(args, stdout, true)
 	if err != nil {
 		return err
@@ -480,6 +501,15 @@ succeeds; a failed step keeps the state file so that delete or reap can retry.`,
 	if len(names) == 0 {
 		fs.Usage()
 		return failf("sandbox delete: give at least one NAME")
+	}
+	switch *backend {
+	case "local":
+	case "kubernetes":
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return kubeDelete(ctx, &k, names, stdout)
+	default:
+		return failf("--backend %q: use local or kubernetes", *backend)
 	}
 	m, err := manager(*stateDir, stdout)
 	if err != nil {

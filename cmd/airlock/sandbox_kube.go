@@ -4,30 +4,49 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/airlock-dev/airlock/sandbox/kube"
 )
 
+// kubeClusterFlags say which cluster and namespace a Kubernetes sandbox command works in.
+type kubeClusterFlags struct {
+	namespace, kubeconfig, kubeContext string
+}
+
+func (k *kubeClusterFlags) register(fs *flagSet) {
+	fs.StringVar(&k.namespace, "namespace", "", "kubernetes: namespace of the sandbox pods and their policy ConfigMaps (default: the kubeconfig context's, else default)")
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubernetes: kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)")
+	fs.StringVar(&k.kubeContext, "kube-context", "", "kubernetes: kubeconfig context (default: the current one)")
+}
+
+func (k *kubeClusterFlags) connect() (*kube.Cluster, error) {
+	return kube.Connect(k.kubeconfig, k.kubeContext, k.namespace)
+}
+
 // kubeCreateOptions are the flags of "sandbox create --backend kubernetes".
 type kubeCreateOptions struct {
-	namespace, kubeconfig, kubeContext string
-	image, policyConfigMap, policyKey  string
-	command, podEnvironment            string
+	kubeClusterFlags
+	image, policyConfigMap, policyKey string
+	command, podEnvironment           string
+	wait                              time.Duration
 }
 
 // kubeCreateFlags registers the Kubernetes backend's flags on the sandbox create flag set.
 func kubeCreateFlags(fs *flagSet) *kubeCreateOptions {
 	o := &kubeCreateOptions{}
-	fs.StringVar(&o.namespace, "namespace", "", "kubernetes: namespace of the sandbox pod and its policy ConfigMap (default: the kubeconfig context's, else default)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubernetes: kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)")
-	fs.StringVar(&o.kubeContext, "kube-context", "", "kubernetes: kubeconfig context (default: the current one)")
+	o.register(fs)
 	fs.StringVar(&o.image, "image", "", "kubernetes: image of the sandbox container (required with --backend kubernetes)")
 	fs.StringVar(&o.policyConfigMap, "policy-configmap", "", "kubernetes: policy ConfigMap the pod names (default NAME-policy); --policy writes it, else it must exist")
 	fs.StringVar(&o.policyKey, "policy-key", kube.DefaultPolicyKey, "kubernetes: key of the policy in the ConfigMap")
 	fs.StringVar(&o.command, "command", "", `kubernetes: shell command the sandbox container runs (sh -c); default "sleep infinity", to kubectl exec into`)
 	fs.StringVar(&o.podEnvironment, "pod-environment", "", "kubernetes: airlock.dev/environment annotation (stricter than the webhook's, or empty for the webhook's)")
+	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "kubernetes: wait this long for the sidecar to be ready and the sandbox running, printing each step (0: do not wait)")
 	return o
 }
 
@@ -37,7 +56,7 @@ func kubeCreate(ctx context.Context, name, policyFile string, o *kubeCreateOptio
 	if o.image == "" {
 		return failf("sandbox create %s --backend kubernetes: --image is required (the sandbox container's image)", name)
 	}
-	cluster, err := kube.Connect(o.kubeconfig, o.kubeContext, o.namespace)
+	cluster, err := o.connect()
 	if err != nil {
 		return failf("sandbox create %s: %v", name, err)
 	}
@@ -53,6 +72,8 @@ func kubeCreateIn(ctx context.Context, cluster *kube.Cluster, name, policyFile s
 	if o.command != "" {
 		co.Command = []string{"sh", "-c", o.command}
 	}
+	began := time.Now()
+	fmt.Fprintf(stdout, "creating sandbox %s in namespace %s\n", name, cluster.Namespace)
 	pod, err := kube.CreatePod(ctx, cluster.Client, co)
 	if err != nil {
 		return failf("sandbox create %s: %v", name, err)
@@ -60,11 +81,75 @@ func kubeCreateIn(ctx context.Context, cluster *kube.Cluster, name, policyFile s
 	if policyFile != "" {
 		fmt.Fprintf(stdout, "policy %s written to ConfigMap %s/%s\n", policyFile, pod.Namespace, pod.Annotations[kube.AnnotationPolicy])
 	}
-	fmt.Fprintf(stdout, `created pod %[1]s/%[2]s (label %[3]s=true: the airlock webhook injects the sidecar)
+	fmt.Fprintf(stdout, "created pod %s/%s (label %s=true: the airlock webhook injects the sidecar)\n", pod.Namespace, pod.Name, kube.LabelInject)
+	if o.wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, o.wait)
+		defer cancel()
+		_, err := kube.WaitReady(wctx, cluster.Client, pod.Namespace, pod.Name, func(line string) {
+			fmt.Fprintf(stdout, "  %5.1fs  %s\n", time.Since(began).Seconds(), line)
+		})
+		if err != nil {
+			return failf("sandbox create %s: %v (the pod is kept: airlock sandbox delete --backend kubernetes %s)", name, err, name)
+		}
+	}
+	fmt.Fprintf(stdout, `sandbox %[2]s ready in %[4]s
   status:  kubectl -n %[1]s get pod %[2]s
   enter:   kubectl -n %[1]s exec -it %[2]s -c sandbox -- sh
-  audit:   kubectl -n %[1]s logs %[2]s -c %[4]s
-  remove:  kubectl -n %[1]s delete pod %[2]s
-`, pod.Namespace, pod.Name, kube.LabelInject, kube.SidecarName)
+  audit:   kubectl -n %[1]s logs %[2]s -c %[3]s
+  remove:  airlock sandbox delete --backend kubernetes --namespace %[1]s %[2]s
+`, pod.Namespace, pod.Name, kube.SidecarName, time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
+// kubeList prints the sandbox pods of the namespace (every namespace with all).
+func kubeList(ctx context.Context, k *kubeClusterFlags, all, asJSON bool, stdout io.Writer) error {
+	cluster, err := k.connect()
+	if err != nil {
+		return failf("sandbox list: %v", err)
+	}
+	ns := cluster.Namespace
+	if all {
+		ns = ""
+	}
+	list, err := kube.Sandboxes(ctx, cluster.Client, ns)
+	if err != nil {
+		return failf("sandbox list: %v", err)
+	}
+	if asJSON {
+		return writeJSON(stdout, list)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tAGE\tPHASE\tSIDECAR\tPOLICY\tNODE")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, age(time.Since(s.Created)), s.Phase, s.Sidecar, s.Policy, s.Node)
+	}
+	return tw.Flush()
+}
+
+// kubeDelete deletes the named sandbox pods and the policy ConfigMaps made for them, printing
+// each step; a sandbox that does not exist is not an error.
+func kubeDelete(ctx context.Context, k *kubeClusterFlags, names []string, stdout io.Writer) error {
+	cluster, err := k.connect()
+	if err != nil {
+		return failf("sandbox delete: %v", err)
+	}
+	var errs []string
+	for _, name := range names {
+		began := time.Now()
+		err := kube.DeleteSandbox(ctx, cluster.Client, cluster.Namespace, name, func(line string) {
+			fmt.Fprintf(stdout, "  %5.1fs  %s\n", time.Since(began).Seconds(), line)
+		})
+		switch {
+		case errors.Is(err, kube.ErrNotFound):
+			fmt.Fprintf(stdout, "sandbox %s/%s: not found (nothing to delete)\n", cluster.Namespace, name)
+		case err != nil:
+			errs = append(errs, err.Error())
+		default:
+			fmt.Fprintf(stdout, "sandbox %s/%s deleted in %s\n", cluster.Namespace, name, time.Since(began).Round(100*time.Millisecond))
+		}
+	}
+	if len(errs) > 0 {
+		return failf("sandbox delete: %s", strings.Join(errs, "; "))
+	}
 	return nil
 }

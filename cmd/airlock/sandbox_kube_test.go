@@ -24,7 +24,7 @@ import (
 func TestKubeCreateWithFakeClient(t *testing.T) {
 	fs := newFlagSet("sandbox create", "", "", io.Discard)
 	o := kubeCreateFlags(fs)
-	if _, err := fs.parse([]string{"--image", "python:3.13", "--command", "python3 -m http.server", "--policy-configmap", "pol"}, io.Discard, true); err != nil {
+	if _, err := fs.parse([]string{"--image", "python:3.13", "--command", "python3 -m http.server", "--policy-configmap", "pol", "--wait", "0"}, io.Discard, true); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
@@ -56,7 +56,7 @@ func TestKubeCreateWithFakeClient(t *testing.T) {
 }
 
 func TestKubeCreateErrors(t *testing.T) {
-	o := &kubeCreateOptions{kubeconfig: filepath.Join(t.TempDir(), "no-kubeconfig"), image: "i"}
+	o := &kubeCreateOptions{kubeClusterFlags: kubeClusterFlags{kubeconfig: filepath.Join(t.TempDir(), "no-kubeconfig")}, image: "i"}
 	err := kubeCreate(context.Background(), "agent-1", "", o, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no-kubeconfig") {
 		t.Errorf("missing kubeconfig: %v, want an error naming it", err)

@@ -27,10 +27,17 @@ labelled airlock.dev/inject: "true" (POST /mutate, admission.k8s.io/v1; GET /hea
 An injected pod gets: the sidecar as a native sidecar (an init container with restartPolicy
 Always, started and probed before the app containers) running "airlock run" with the policy
 from the ConfigMap named by the pod's airlock.dev/policy annotation (key airlock.dev/policy-key,
-default policy.yaml), kernel enforcement attached to the pod's cgroup (--pod-cgroup), the CA
+default policy.yaml) running without privilege, kernel enforcement held by the node agent
+(--node-agent; airlock node, a DaemonSet), the CA
 bundle in a shared read-only volume, the proxy and CA environment in every app container, and
 the pod's DNS pointed at the sidecar's DNS filter. A labelled pod without a policy annotation is
 refused unless --default-policy-configmap is set. Pods in --namespace are never injected.
+
+Vault: with --vault-addr and --vault-k8s-role, each sidecar logs in to Vault with Kubernetes
+auth, using a service-account token (audience --vault-k8s-audience) projected into the sidecar
+alone; the app containers get no such token, and a pod that projects one for that audience
+itself is refused. Secrets fetched this way are injected upstream by the sidecar and never
+enter the pod.
 
 TLS: the certificate and key files are reloaded when they change (cert-manager rotation) and on
 SIGHUP. SIGTERM or SIGINT stops the server gracefully.
@@ -58,6 +65,12 @@ func webhookFlags(stderr io.Writer) (*flagSet, *webhookConfig) {
 	fs.StringVar(&c.opts.DefaultPolicyConfigMap, "default-policy-configmap", "", "policy ConfigMap for labelled pods without an airlock.dev/policy annotation (default: refuse such pods)")
 	fs.StringVar(&c.opts.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain for the injected pods' search list")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug | info | warn | error")
+	v := &c.opts.Vault
+	fs.StringVar(&v.Address, "vault-addr", "", "Vault URL the sidecars log in to with Kubernetes auth, for the policies' vault: secrets (default: no Vault)")
+	fs.StringVar(&v.Role, "vault-k8s-role", "", "Vault Kubernetes auth role of the sandbox pods (required with --vault-addr); bind it to --vault-k8s-audience")
+	fs.StringVar(&v.AuthMount, "vault-k8s-mount", "kubernetes", "Vault Kubernetes auth mount path")
+	fs.StringVar(&v.Audience, "vault-k8s-audience", "vault", "audience of the service-account token projected into the sidecar alone (the Vault role must require it)")
+	fs.StringVar(&v.CAConfigMap, "vault-ca-configmap", "", "ConfigMap in each sandbox namespace whose key ca.crt is the CA of Vault's certificate (default: the image's CA bundle)")
 	return fs, c
 }
 
@@ -115,6 +128,7 @@ func serveWebhook(ctx context.Context, cfg *webhookConfig, log *logrus.Logger, l
 	log.WithFields(logrus.Fields{
 		"addr": ln.Addr().String(), "image": cfg.opts.Image, "environment": cfg.opts.Environment,
 		"namespace": cfg.opts.Namespace, "default_policy_configmap": cfg.opts.DefaultPolicyConfigMap,
+		"vault_addr": cfg.opts.Vault.Address, "vault_role": cfg.opts.Vault.Role,
 	}).Info("airlock webhook listening")
 	if listening != nil {
 		listening(ln.Addr())

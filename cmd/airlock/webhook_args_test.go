@@ -16,7 +16,8 @@ import (
 // TestInjectedSidecarArgsAreValidRunFlags parses the arguments the webhook gives the sidecar
 // with airlock run's own flag set and validation, so the two cannot drift apart.
 func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
-	opts := kube.Options{Image: "airlock:test", UpstreamDNS: "10.96.0.10:53"}
+	opts := kube.Options{Image: "airlock:test", UpstreamDNS: "10.96.0.10:53",
+		Vault: kube.VaultOptions{Address: "https://vault.test:8200", Role: "agents", CAConfigMap: "vault-ca"}}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +56,12 @@ func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("airlock run refuses the injected arguments: %v", err)
 	}
-	if !cfg.PodCgroup || cfg.CgroupRoot != "/host/sys/fs/cgroup" || cfg.CABundleOut != kube.CABundle ||
-		cfg.Sandbox != "team-a.agent-1" || cfg.Environment != "production" || cfg.AdminAddr != "[10.1.2.3]:9090" {
+	if !cfg.NodeAgent || cfg.PodCgroup || cfg.TransparentAddr != "off" || cfg.CABundleOut != kube.CABundle ||
+		cfg.Sandbox != "team-a.agent-1" || cfg.Environment != "production" || cfg.AdminAddr != "127.0.0.1:9090" {
 		t.Errorf("parsed run config %+v", cfg)
+	}
+	if v := cfg.Vault; v.Addr != "https://vault.test:8200" || v.Auth != "kubernetes" || v.K8sRole != "agents" || v.K8sMount != "kubernetes" ||
+		v.K8sJWTFile != "/var/run/secrets/airlock/vault/token" || v.CACert != "/etc/airlock/vault-ca/ca.crt" {
+		t.Errorf("parsed Vault config %+v", v)
 	}
 }

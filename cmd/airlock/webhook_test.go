@@ -115,8 +115,8 @@ func TestWebhookServesAdmissionReviewsOverTLS(t *testing.T) {
 	if err := json.Unmarshal(out.Response.Patch, &ops); err != nil || len(ops) == 0 {
 		t.Errorf("patch %s: %v", out.Response.Patch, err)
 	}
-	if !strings.Contains(string(out.Response.Patch), `"--pod-cgroup"`) {
-		t.Errorf("patch does not inject the sidecar with --pod-cgroup: %s", out.Response.Patch)
+	if !strings.Contains(string(out.Response.Patch), `"--node-agent"`) {
+		t.Errorf("patch does not inject the sidecar with --node-agent: %s", out.Response.Patch)
 	}
 
 	// cert-manager rotates the key pair: a new connection gets the new certificate.

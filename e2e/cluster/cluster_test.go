@@ -33,14 +33,10 @@ const (
 	testNS      = "agents"
 )
 
-// kernelEnforced says whether the sidecar's kernel enforcement holds on this cluster. Not
-// yet: the pin directory's name is fixed (ebpf.PinDirName: bpffs refuses names with a '.',
-// and a pod's sandbox is NAMESPACE.POD), and a production sidecar starts and pins, but on
-// this hybrid-cgroup node a direct connect to a denied address from the app container still
-// succeeds, and the pins stay after the pod is deleted (only the next pod-mode sidecar's
-// RemoveDefunct removes them): both are open. Until then the webhook runs the sidecars in
-// development and the kernel checks (EPERM, pins) are skipped.
-const kernelEnforced = false
+// kernelEnforced says whether the sidecar's kernel enforcement holds on this cluster: the
+// node agent (airlock node, installed by deploy/) holds it for the unprivileged sidecars, so
+// the webhook injects production sidecars and the kernel checks (EPERM, pins) run.
+const kernelEnforced = true
 
 var webhookEnvironment = map[bool]string{true: "production", false: "development"}[kernelEnforced]
 
@@ -50,6 +46,7 @@ type env struct {
 	ns      *testnet.Netns
 	allowed *upstream
 	denied  *upstream
+	vault   *vaultFront
 }
 
 // upstream is a plain HTTP test host that records the requests it saw.
@@ -83,7 +80,8 @@ func TestAirlockOnARealCluster(t *testing.T) {
 	t.Run("labelled pod injected and enforced", func(t *testing.T) { e.labelledPod(ctx, t) })
 	t.Run("unlabelled pod untouched", func(t *testing.T) { e.unlabelledPod(ctx, t) })
 	t.Run("kube-system never patched", func(t *testing.T) { e.kubeSystemPod(ctx, t) })
-	t.Run("sandbox create", func(t *testing.T) { e.sandboxCreate(ctx, t) })
+	t.Run("vault kubernetes auth", func(t *testing.T) { e.vaultSecret(ctx, t) })
+	t.Run("sandbox create list delete", func(t *testing.T) { e.sandboxLifecycle(ctx, t) })
 }
 
 func startEnv(ctx context.Context, t *testing.T, bins *kubecluster.Binaries) *env {
@@ -115,6 +113,7 @@ func startEnv(ctx context.Context, t *testing.T, bins *kubecluster.Binaries) *en
 	dns := testnet.StartDNSServer(t, ns, netip.MustParseAddrPort(dnsAddr))
 	dns.Set(allowedHost, 5, netip.MustParseAddr(allowedIP))
 	dns.Set(deniedHost, 5, netip.MustParseAddr(deniedIP))
+	e.startVault(ctx, t)
 	return e
 }
 
@@ -176,11 +175,14 @@ patches:
               - name: webhook
                 env:
                   - {name: AIRLOCK_UPSTREAM_DNS, value: "`+dnsAddr+`"}
-                  - {name: AIRLOCK_ENVIRONMENT, value: "`+webhookEnvironment+`"}
+                  - {name: AIRLOCK_ENVIRONMENT, value: "`+webhookEnvironment+`"}`+webhookVaultEnv()+`
 `))
 	e.kubectl(ctx, t, "apply", "-f", filepath.Join(deploy, "namespace.yaml"))
 	e.kubectl(ctx, t, "-n", "airlock-system", "create", "secret", "tls", "airlock-webhook-tls", "--cert", certFile, "--key", keyFile)
-	e.kubectl(ctx, t, "apply", "-k", overlay)
+	// A platform team's install prints no warnings (Pod Security, deprecated fields).
+	if out := e.kubectl(ctx, t, "apply", "-k", overlay); strings.Contains(strings.ToLower(out), "warning") {
+		t.Errorf("kubectl apply -k printed warnings:\n%s", out)
+	}
 	caPEM, err := os.ReadFile(filepath.Join(dir, "test-ca.pem"))
 	if err != nil {
 		t.Fatal(err)
@@ -191,12 +193,12 @@ patches:
 		desc, _ := e.c.Kubectl(ctx, "-n", "airlock-system", "describe", "pods")
 		t.Fatalf("%v\n%s\n%s", err, out, desc)
 	}
-	e.apply(ctx, t, `apiVersion: v1
-kind: Namespace
-metadata:
-  name: `+testNS+`
-  labels: {pod-security.kubernetes.io/enforce: privileged}
-`)
+	// The webhook gives every sidecar the Vault settings, and the sidecar mounts the Vault CA
+	// ConfigMap: create every namespace that holds injected pods with sandboxNamespace (or
+	// apply vaultCAConfigMapFor there), else its pods wait in ContainerCreating.
+	e.sandboxNamespace(ctx, t, testNS)
+	e.sandboxNamespace(ctx, t, k12NS)
+	e.checkExamplePod(ctx, t, deploy)
 	t.Logf("installed in %s", time.Since(start).Round(time.Second))
 }
 
@@ -379,7 +381,8 @@ func (e *env) checkPolicyUpdate(ctx context.Context, t *testing.T) {
 
 // checkDeleteLeavesNothing deletes the pod and looks for its pins and cgroups on the node.
 func (e *env) checkDeleteLeavesNothing(ctx context.Context, t *testing.T, p pod) {
-	pins := "/sys/fs/bpf/airlock/" + testNS + ".agent"
+	pins := "/sys/fs/bpf/airlock/" + testNS + "~agent" // ebpf.PinDirName: bpffs refuses '.'
+
 	if out, err := e.c.Command(ctx, "ls", pins).CombinedOutput(); err != nil && kernelEnforced {
 		t.Errorf("no pins at %s while the pod runs (%v: %s): the check below would prove nothing", pins, err, out)
 	}
@@ -433,41 +436,4 @@ func (e *env) kubeSystemPod(ctx context.Context, t *testing.T) {
 	if len(p.Spec.InitContainers) != 0 || p.Spec.Containers[0].env("HTTPS_PROXY") != "" {
 		t.Errorf("labelled pod in kube-system was patched: %+v", p.Spec)
 	}
-}
-
-// sandboxCreate runs `airlock sandbox create --backend kubernetes` against the cluster: the
-// pod it makes is injected and enforced like any labelled pod.
-func (e *env) sandboxCreate(ctx context.Context, t *testing.T) {
-	bin, err := testnet.BuildAirlock(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "policy.yaml")
-	writeFile(t, policy, []byte(`apiVersion: airlock/v1
-kind: EgressPolicy
-metadata: {name: sandbox}
-spec:
-  mode: enforce
-  egress:
-    - name: allowed
-      hosts: ["`+allowedHost+`"]
-      ports: [80]
-`))
-	out, err := e.c.Command(ctx, bin, "sandbox", "create", "sbx", "--backend", "kubernetes", "--namespace", testNS,
-		"--image", kubecluster.ProbeImage, "--policy", policy).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sandbox create: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "created pod "+testNS+"/sbx") {
-		t.Errorf("sandbox create printed %q", out)
-	}
-	if err := e.c.WaitPod(ctx, testNS, "sbx"); err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.c.Kubectl(ctx, "-n", testNS, "exec", "sbx", "-c", "sandbox", "--", "/probe", "http", "http://"+allowedHost+"/")
-	if err != nil || !strings.HasPrefix(strings.TrimSpace(r), "status=200") {
-		t.Errorf("sandbox pod to the allowed host: %v %s", err, r)
-	}
-	e.kubectl(ctx, t, "-n", testNS, "delete", "pod", "sbx", "--wait=true", "--timeout=2m")
 }

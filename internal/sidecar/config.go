@@ -43,6 +43,13 @@ type Config struct {
 	// CgroupRoot is where the host's cgroup v2 hierarchy is visible in pod mode
 	// (--cgroup-root); empty means the cgroup2 mount of /proc/self/mountinfo.
 	CgroupRoot string
+	// NodeAgent is Kubernetes pod mode with the node agent (--node-agent): kernel enforcement
+	// on the pod's cgroup is held by `airlock node`, reached over its abstract socket in the
+	// pod's network namespace; the sidecar needs no privilege. Not with Cgroup or PodCgroup.
+	NodeAgent bool
+	// NodeAgentWait is how long the start waits for the node agent to confirm enforcement
+	// (--node-agent-wait); zero means DefaultNodeAgentWait.
+	NodeAgentWait time.Duration
 	// CABundleOut, when set, is where the trust bundle for the sandbox is written at start
 	// (--ca-bundle-out).
 	CABundleOut string
@@ -118,6 +125,8 @@ const (
 	DefaultVaultAuth = vault.AuthToken
 	// DefaultVaultK8sJWTFile is the service-account JWT for Vault's kubernetes auth.
 	DefaultVaultK8sJWTFile = vault.DefaultKubernetesJWTFile
+	// DefaultNodeAgentWait is how long the start waits for the node agent.
+	DefaultNodeAgentWait = 60 * time.Second
 	// DefaultCredentialCacheTTL is how long a fetched secret may be used.
 	DefaultCredentialCacheTTL = credentials.DefaultCacheTTL
 )
@@ -130,8 +139,8 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--environment %q: use production, staging or development", c.Environment)
 	}
-	if c.Environment == "production" && c.Cgroup == "" && !c.PodCgroup {
-		return errors.New("--environment production requires kernel enforcement: set --cgroup to the sandbox's cgroup v2 directory (or --pod-cgroup in a Kubernetes pod)")
+	if c.Environment == "production" && !c.kernelEnabled() {
+		return errors.New("--environment production requires kernel enforcement: set --cgroup to the sandbox's cgroup v2 directory (or --node-agent in a Kubernetes pod)")
 	}
 	if c.ProxyAddr == Off {
 		return errors.New("--proxy-addr off: the explicit proxy is the only egress path in this build")
@@ -175,6 +184,10 @@ func (c *Config) validateKernel() error {
 		return errors.New("--pod-cgroup and --cgroup are mutually exclusive: --pod-cgroup finds the pod's cgroup itself")
 	case !c.PodCgroup && c.CgroupRoot != "":
 		return errors.New("--cgroup-root is used only with --pod-cgroup")
+	case c.NodeAgent && (c.PodCgroup || c.Cgroup != ""):
+		return errors.New("--node-agent is exclusive with --cgroup and --pod-cgroup: the node agent finds the pod's cgroup")
+	case c.NodeAgentWait < 0:
+		return errors.New("--node-agent-wait must not be negative")
 	}
 	if c.kernelEnabled() && c.TransparentAddr != Off {
 		ap, err := listenAddrPort(c.TransparentAddr)
@@ -186,7 +199,7 @@ func (c *Config) validateKernel() error {
 }
 
 // kernelEnabled says whether kernel enforcement is asked for.
-func (c *Config) kernelEnabled() bool { return c.Cgroup != "" || c.PodCgroup }
+func (c *Config) kernelEnabled() bool { return c.Cgroup != "" || c.PodCgroup || c.NodeAgent }
 
 // packetGuardRequired says whether a missing packet socket guard (BPF LSM) stops the start:
 // PacketGuard auto means yes in production only.

@@ -65,7 +65,10 @@ func (k *kernel) unavailable(err error) error {
 	k.closeListener()
 	k.transparentLn = nil
 	where := k.s.cfg.Cgroup
-	if where == "" {
+	switch {
+	case k.s.cfg.NodeAgent:
+		where = "the pod's cgroup (node agent)"
+	case where == "":
 		where = "the pod's cgroup"
 	}
 	line := oneLine(err)

@@ -85,7 +85,15 @@ func New(cfg Config) (*Sidecar, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	if cfg.AttachKernel == nil {
+	switch {
+	case cfg.AttachKernel != nil:
+	case cfg.NodeAgent:
+		wait := cfg.NodeAgentWait
+		if wait == 0 {
+			wait = DefaultNodeAgentWait
+		}
+		cfg.AttachKernel = AttachNodeAgent("", wait)
+	default:
 		cfg.AttachKernel = AttachEBPF
 	}
 	s := &Sidecar{cfg: cfg, redactor: credentials.NewRedactor(), self: egress.NewSelfAddrs(nil),

@@ -74,8 +74,7 @@ func withCAMount(mounts []corev1.VolumeMount) ([]corev1.VolumeMount, bool) {
 }
 
 // volumeOps adds the sidecar's volumes.
-func volumeOps(pod *corev1.Pod, policyConfigMap string) []PatchOp {
-	vols := volumes(policyConfigMap)
+func volumeOps(pod *corev1.Pod, vols []corev1.Volume) []PatchOp {
 	if len(pod.Spec.Volumes) == 0 {
 		return []PatchOp{add("/spec/volumes", vols)}
 	}

@@ -36,9 +36,6 @@ type CreateOptions struct {
 	Environment string
 }
 
-// managedBy labels what CreatePod writes.
-var managedBy = map[string]string{"app.kubernetes.io/managed-by": "airlock"}
-
 // CreatePod creates a pod labelled for injection (the webhook adds the sidecar when the API
 // server admits it) and, with PolicyFile, its policy ConfigMap; it returns the pod as the API
 // server stored it. An invalid policy file creates nothing.
@@ -64,6 +61,10 @@ func CreatePod(ctx context.Context, client API, o CreateOptions) (*corev1.Pod, e
 
 func (o *CreateOptions) defaults() error {
 	if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+		return fmt.Errorf("sandbox name %q: %s", o.Name, errs[0])
+	}
+	// The name is also the pod's LabelSandbox, which sandbox list and delete select on.
+	if errs := validation.IsValidLabelValue(o.Name); len(errs) > 0 {
 		return fmt.Errorf("sandbox name %q: %s", o.Name, errs[0])
 	}
 	if o.Image == "" {
@@ -118,8 +119,11 @@ func applyConfigMap(ctx context.Context, client API, o CreateOptions, data []byt
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: managedBy},
-			Data:       map[string]string{o.PolicyKey: string(data)},
+			// LabelSandbox: DeleteSandbox removes the ConfigMap it made along with the pod.
+			ObjectMeta: metav1.ObjectMeta{Name: o.PolicyConfigMap, Namespace: o.Namespace, Labels: map[string]string{
+				"app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name,
+			}},
+			Data: map[string]string{o.PolicyKey: string(data)},
 		}
 		if _, err := client.CreateConfigMap(ctx, cm); err != nil {
 			return fmt.Errorf("create policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
@@ -148,11 +152,8 @@ func (o *CreateOptions) pod() *corev1.Pod {
 	if o.Environment != "" {
 		annotations[AnnotationEnvironment] = o.Environment
 	}
-	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock"}
-	if len(validation.IsValidLabelValue(o.Name)) == 0 {
-		labels[LabelSandbox] = o.Name
-	}
-	noToken := false
+	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name}
+	noToken, noEscalation := false, false
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        o.Name,
@@ -167,11 +168,33 @@ func (o *CreateOptions) pod() *corev1.Pod {
 			// Removed by the webhook when it injects the sidecar: without the webhook the
 			// pod never runs.
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: SchedulingGate}},
+			SecurityContext: sandboxPodSecurity(),
 			Containers: []corev1.Container{{
 				Name:    "sandbox",
 				Image:   o.Image,
 				Command: o.Command,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &noEscalation,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
 			}},
 		},
+	}
+}
+
+// sandboxUID is the user a sandbox pod runs as: not root, whatever the image says.
+const sandboxUID = 65532
+
+// sandboxPodSecurity is the sandbox pod's securityContext: what Pod Security "restricted"
+// asks (sandbox namespaces enforce it, the injected sidecar fits it), with a fixed non-root
+// user so that images whose default user is root still run.
+func sandboxPodSecurity() *corev1.PodSecurityContext {
+	yes, uid := true, int64(sandboxUID)
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   &yes,
+		RunAsUser:      &uid,
+		RunAsGroup:     &uid,
+		FSGroup:        &uid,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }

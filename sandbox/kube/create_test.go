@@ -64,6 +64,16 @@ func TestCreatePodWithPolicyFile(t *testing.T) {
 		if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
 			t.Errorf("the sandbox pod mounts a service account token")
 		}
+		// Pod Security "restricted", as sandbox namespaces enforce.
+		psc, csc := p.Spec.SecurityContext, p.Spec.Containers[0].SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 ||
+			psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("pod securityContext %+v, want non-root and seccomp RuntimeDefault", psc)
+		}
+		if csc == nil || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation || csc.Capabilities == nil ||
+			!slices.Equal(csc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("container securityContext %+v, want no privilege escalation and every capability dropped", csc)
+		}
 	}
 	cm, err := client.CoreV1().ConfigMaps("team-a").Get(ctx, "agent-7-policy", metav1.GetOptions{})
 	if err != nil {

@@ -106,11 +106,18 @@ func TestManifestsDecode(t *testing.T) {
 
 	var namespaces []string
 	for _, o := range all["namespace.yaml"] {
-		namespaces = append(namespaces, o.(*corev1.Namespace).Name)
+		ns := o.(*corev1.Namespace)
+		namespaces = append(namespaces, ns.Name)
+		// Only the node agent's namespace may run privileged pods.
+		want := map[bool]string{true: "privileged", false: "restricted"}[ns.Name == "airlock-node"]
+		if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != want {
+			t.Errorf("namespace %s enforces Pod Security %q, want %q", ns.Name, got, want)
+		}
 	}
-	if !slices.Equal(namespaces, []string{"airlock-system", "airlock-sandboxes"}) {
+	if !slices.Equal(namespaces, []string{"airlock-system", "airlock-node", "airlock-sandboxes"}) {
 		t.Errorf("namespaces %v", namespaces)
 	}
+	checkNodeDaemonSet(t, all)
 
 	sa := one[*corev1.ServiceAccount](t, all, "rbac.yaml")
 	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
@@ -303,4 +310,35 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("kustomization resources %v, want exactly the manifests present %v", got, want)
 	}
+}
+
+// checkNodeDaemonSet checks the node agent's DaemonSet: in its own namespace, on every node,
+// with the node's PIDs, cgroups and bpffs, and a read-only role on pods.
+func checkNodeDaemonSet(t *testing.T, all map[string][]runtime.Object) {
+	ds := one[*appsv1.DaemonSet](t, all, "node-daemonset.yaml")
+	spec := ds.Spec.Template.Spec
+	if ds.Namespace != "airlock-node" || !spec.HostPID || spec.HostNetwork || len(spec.Containers) != 1 {
+		t.Errorf("DaemonSet %s/%s hostPID %v hostNetwork %v containers %d, want airlock-node, hostPID, no hostNetwork, one container",
+			ds.Namespace, ds.Name, spec.HostPID, spec.HostNetwork, len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if !slices.Equal(c.Args, []string{"node"}) || len(c.Env) != 1 || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("agent container runs %v with env %+v, want airlock node with AIRLOCK_NODE_NAME from spec.nodeName", c.Args, c.Env)
+	}
+	paths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			paths[v.Name] = v.HostPath.Path
+		}
+	}
+	if paths["bpffs"] != "/sys/fs/bpf" || paths["cgroup"] != "/sys/fs/cgroup" {
+		t.Errorf("agent hostPaths %v, want the node's /sys/fs/bpf and /sys/fs/cgroup", paths)
+	}
+	role := one[*rbacv1.ClusterRole](t, all, "node-daemonset.yaml")
+	for _, r := range role.Rules {
+		if !slices.Equal(r.Resources, []string{"pods"}) || !slices.Equal(r.Verbs, []string{"get", "list", "watch"}) {
+			t.Errorf("agent role rule %+v, want read-only pods", r)
+		}
+	}
+	one[*rbacv1.ClusterRoleBinding](t, all, "node-daemonset.yaml")
 }

@@ -1,10 +1,13 @@
 package kube
 
 import (
+	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -33,27 +36,29 @@ func TestInjectsSidecar(t *testing.T) {
 	for flag, want := range map[string]string{
 		"--policy":           "/etc/airlock/policy/policy.yaml",
 		"--proxy-addr":       "127.0.0.1:3128",
-		"--transparent-addr": "127.0.0.1:15001",
+		"--transparent-addr": "off",
 		"--dns-addr":         "127.0.0.1:53",
 		"--llm-addr":         "127.0.0.1:4000",
-		"--admin-addr":       "[$(POD_IP)]:9090",
+		"--admin-addr":       "127.0.0.1:9090",
 		"--state-dir":        "/var/lib/airlock",
 		"--sandbox":          "$(POD_NAMESPACE).$(POD_NAME)",
 		"--environment":      "production",
 		"--upstream-dns":     "10.96.0.10:53",
-		"--cgroup-root":      "/host/sys/fs/cgroup",
 		"--ca-bundle-out":    "/etc/airlock/ca/ca-bundle.pem",
-		"--pod-cgroup":       "--cgroup-root",
+		"--node-agent":       "--ca-bundle-out",
 	} {
 		if got, ok := argValue(sc.Args, flag); !ok || got != want {
 			t.Errorf("sidecar %s: got %q (present %v), want %q", flag, got, ok, want)
 		}
 	}
-	if sc.StartupProbe == nil || sc.StartupProbe.HTTPGet == nil || sc.StartupProbe.HTTPGet.Path != "/readyz" || sc.StartupProbe.HTTPGet.Port.IntValue() != 9090 {
-		t.Errorf("sidecar startup probe %+v, want GET /readyz on 9090", sc.StartupProbe)
+	for name, p := range map[string]*corev1.Probe{"startup": sc.StartupProbe, "readiness": sc.ReadinessProbe, "liveness": sc.LivenessProbe} {
+		if p == nil || p.Exec == nil || len(p.Exec.Command) != 3 || p.Exec.Command[1] != "health" || !strings.HasPrefix(p.Exec.Command[2], "http://127.0.0.1:9090/") {
+			t.Errorf("sidecar %s probe %+v, want exec airlock health http://127.0.0.1:9090/...", name, p)
+		}
 	}
-	if sc.SecurityContext == nil || sc.SecurityContext.Privileged == nil || !*sc.SecurityContext.Privileged {
-		t.Errorf("sidecar securityContext %+v, want privileged (eBPF on the pod cgroup)", sc.SecurityContext)
+	checkRestricted(t, sc.SecurityContext)
+	if got.Spec.SecurityContext == nil || !slices.Contains(got.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: UnprivilegedPortSysctl, Value: "53"}) {
+		t.Errorf("pod securityContext %+v, want the sysctl %s=53 (port 53 without a capability)", got.Spec.SecurityContext, UnprivilegedPortSysctl)
 	}
 	if !slices.ContainsFunc(sc.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory"
@@ -67,7 +72,7 @@ func TestInjectsSidecar(t *testing.T) {
 	for _, m := range sc.VolumeMounts {
 		mounts[m.Name] = m
 	}
-	for name, path := range map[string]string{volumePolicy: "/etc/airlock/policy", volumeState: "/var/lib/airlock", volumeCA: CADir, volumeBPF: "/sys/fs/bpf", volumeCgroup: "/host/sys/fs/cgroup"} {
+	for name, path := range map[string]string{volumePolicy: "/etc/airlock/policy", volumeState: "/var/lib/airlock", volumeCA: CADir} {
 		if mounts[name].MountPath != path {
 			t.Errorf("sidecar mount %s at %q, want %q", name, mounts[name].MountPath, path)
 		}
@@ -86,9 +91,12 @@ func TestInjectsSidecar(t *testing.T) {
 	if vols[volumeCA].EmptyDir == nil || vols[volumeState].EmptyDir == nil {
 		t.Errorf("CA and state volumes must be emptyDirs: %+v %+v", vols[volumeCA], vols[volumeState])
 	}
-	for name, path := range map[string]string{volumeBPF: "/sys/fs/bpf", volumeCgroup: "/sys/fs/cgroup"} {
-		if hp := vols[name].HostPath; hp == nil || hp.Path != path {
-			t.Errorf("volume %s: %+v, want hostPath %s", name, vols[name], path)
+	if len(sc.VolumeMounts) != 3 {
+		t.Errorf("sidecar mounts %+v, want only the policy, state and CA volumes", sc.VolumeMounts)
+	}
+	for _, v := range got.Spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("volume %s is a hostPath: the injected pod must have none", v.Name)
 		}
 	}
 
@@ -193,8 +201,8 @@ func TestExistingInitContainersVolumesAndDNS(t *testing.T) {
 	if envOf(got.Spec.InitContainers[1])["HTTPS_PROXY"] != "http://127.0.0.1:3128" {
 		t.Errorf("the pod's own init container did not get the proxy env")
 	}
-	if len(got.Spec.Volumes) != 6 || got.Spec.Volumes[0].Name != "work" {
-		t.Errorf("volumes %d, want the pod's own plus 5", len(got.Spec.Volumes))
+	if len(got.Spec.Volumes) != 4 || got.Spec.Volumes[0].Name != "work" {
+		t.Errorf("volumes %d, want the pod's own plus 3", len(got.Spec.Volumes))
 	}
 	for _, v := range got.Spec.Volumes {
 		if v.Name == volumePolicy && v.ConfigMap.Name != "fallback" {
@@ -318,6 +326,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"no upstream DNS", Options{Image: "a"}, false},
 		{"bad upstream DNS", Options{Image: "a", UpstreamDNS: "kube-dns"}, false},
 		{"bare IP upstream", Options{Image: "a", UpstreamDNS: "10.96.0.10"}, true},
+		{"IPv6 upstream", Options{Image: "a", UpstreamDNS: "[2001:db8::53]:53"}, true},
+		{"upstream port 0", Options{Image: "a", UpstreamDNS: "10.96.0.10:0"}, false},
+		{"upstream with a zone", Options{Image: "a", UpstreamDNS: "[fe80::1%eth0]:53"}, false},
+		{"upstream name", Options{Image: "a", UpstreamDNS: "kube-dns.kube-system:53"}, false},
 		{"bad environment", Options{Image: "a", UpstreamDNS: "10.96.0.10:53", Environment: "prod"}, false},
 		{"bad default policy", Options{Image: "a", UpstreamDNS: "10.96.0.10:53", DefaultPolicyConfigMap: "A B"}, false},
 		{"bad port", Options{Image: "a", UpstreamDNS: "10.96.0.10:53", AdminPort: 70000}, false},
@@ -368,5 +380,71 @@ func TestDropsNetRaw(t *testing.T) {
 	}
 	if v, ok := argValue(got.Spec.InitContainers[0].Args, "--packet-guard"); !ok || v != "best-effort" {
 		t.Errorf("sidecar --packet-guard = %q, %v; want best-effort (app containers have no NET_RAW)", v, ok)
+	}
+}
+
+// checkRestricted checks a securityContext against Pod Security "restricted" and the
+// sidecar's own bar (read-only root filesystem).
+func checkRestricted(t *testing.T, sc *corev1.SecurityContext) {
+	t.Helper()
+	switch {
+	case sc == nil:
+		t.Fatal("sidecar has no securityContext")
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Error("sidecar is privileged")
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Error("sidecar lacks runAsNonRoot")
+	case sc.RunAsUser != nil && *sc.RunAsUser == 0:
+		t.Error("sidecar runs as uid 0")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("sidecar allows privilege escalation")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("sidecar root filesystem is writable")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0:
+		t.Errorf("sidecar capabilities %+v, want drop ALL and nothing added", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("sidecar seccomp %+v, want RuntimeDefault", sc.SeccompProfile)
+	}
+}
+
+func TestSysctlOps(t *testing.T) {
+	want := corev1.Sysctl{Name: UnprivilegedPortSysctl, Value: "53"}
+	cases := []struct {
+		name string
+		sc   *corev1.PodSecurityContext
+		ops  int
+	}{
+		{"no securityContext", nil, 1},
+		{"no sysctls", &corev1.PodSecurityContext{}, 1},
+		{"other sysctls", &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ping_group_range", Value: "0 0"}}}, 1},
+		{"already 0", &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: UnprivilegedPortSysctl, Value: "0"}}}, 0},
+		{"higher", &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: UnprivilegedPortSysctl, Value: "1024"}}}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: tc.sc}}
+			ops := sysctlOps(pod)
+			if len(ops) != tc.ops {
+				t.Fatalf("got %d ops %+v, want %d", len(ops), ops, tc.ops)
+			}
+			b, err := json.Marshal(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ops) == 0 {
+				b = []byte("[]")
+			}
+			pt := admissionv1.PatchTypeJSONPatch
+			got := applyPatch(t, pod, &admissionv1.AdmissionResponse{Allowed: true, PatchType: &pt, Patch: b})
+			v := ""
+			for _, s := range got.Spec.SecurityContext.Sysctls {
+				if s.Name == want.Name {
+					v = s.Value
+				}
+			}
+			if n, err := strconv.Atoi(v); err != nil || n > 53 {
+				t.Errorf("after the patch %s=%q, want at most 53", want.Name, v)
+			}
+		})
 	}
 }

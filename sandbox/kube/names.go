@@ -39,17 +39,12 @@ const (
 	volumeCA     = "airlock-ca"     // emptyDir: the CA bundle, read-only in app containers
 	volumeState  = "airlock-state"  // emptyDir: the sidecar's state (CA key), sidecar only
 	volumePolicy = "airlock-policy" // the policy ConfigMap
-	volumeBPF    = "airlock-bpffs"  // hostPath /sys/fs/bpf: pins survive a sidecar restart
-	volumeCgroup = "airlock-cgroup" // hostPath /sys/fs/cgroup: the host cgroup2 hierarchy
 
 	// CADir is where app containers find the CA bundle; CABundle is the bundle itself
 	// (system roots followed by the sidecar's interception CA).
 	CADir    = "/etc/airlock/ca"
 	CABundle = CADir + "/ca-bundle.pem"
 
-	policyDir      = "/etc/airlock/policy"
-	stateDir       = "/var/lib/airlock"
-	bpfDir         = "/sys/fs/bpf"
-	hostCgroupDir  = "/sys/fs/cgroup"
-	cgroupRootPath = "/host/sys/fs/cgroup"
+	policyDir = "/etc/airlock/policy"
+	stateDir  = "/var/lib/airlock"
 )

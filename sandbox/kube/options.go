@@ -3,11 +3,12 @@ package kube
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // Options configure the injection. Image and UpstreamDNS are required; every other zero value
@@ -42,6 +43,10 @@ type Options struct {
 	// Resources of the sidecar; nil means requests 50m CPU and 64Mi memory, limit 512Mi
 	// memory.
 	Resources *corev1.ResourceRequirements
+
+	// Vault, when its Address is set, has the sidecars log in to Vault with Kubernetes auth;
+	// the zero value leaves Vault off.
+	Vault VaultOptions
 }
 
 // environments orders the environments from laxest to strictest.
@@ -62,10 +67,10 @@ func (o *Options) Validate() error {
 	if o.UpstreamDNS == "" {
 		return invalidf("upstream DNS is required (the cluster DNS service, e.g. 10.96.0.10:53): the pod's resolv.conf points at the sidecar itself")
 	}
-	if _, err := netip.ParseAddrPort(o.UpstreamDNS); err != nil {
-		if _, err := netip.ParseAddr(o.UpstreamDNS); err != nil {
-			return invalidf("upstream DNS %q: use ip:port", o.UpstreamDNS)
-		}
+	// The sidecar parses --upstream-dns with policy.ParseUpstream: accept exactly what it
+	// accepts, so a pod is never injected with a value its sidecar refuses.
+	if _, err := policy.ParseUpstream(o.UpstreamDNS); err != nil {
+		return invalidf("upstream DNS: %v", err)
 	}
 	switch corev1.PullPolicy(o.ImagePullPolicy) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -96,6 +101,9 @@ func (o *Options) Validate() error {
 		if *p.v < 1 || *p.v > 65535 {
 			return invalidf("port %d: use 1-65535", *p.v)
 		}
+	}
+	if err := o.Vault.validate(); err != nil {
+		return err
 	}
 	if o.Resources == nil {
 		o.Resources = &corev1.ResourceRequirements{

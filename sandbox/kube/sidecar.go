@@ -3,55 +3,60 @@ package kube
 import (
 	"fmt"
 	"path"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // sidecarArgs are the arguments of "airlock run" in the sidecar. $(VAR) references are
 // expanded by the kubelet from the sidecar's own env (the downward API variables below).
 func (o *Options) sidecarArgs(environment, policyKey string) []string {
 	loop := func(port int32) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-	return []string{
+	args := []string{
 		"run",
 		"--policy", path.Join(policyDir, policyKey),
 		"--proxy-addr", loop(o.ProxyPort),
-		"--transparent-addr", loop(o.TransparentPort),
+		// No transparent mode: an app that ignores the forced HTTP(S)_PROXY gets EPERM from
+		// the kernel for a direct connect instead of being redirected.
+		"--transparent-addr", "off",
+		// Port 53 without a capability: the pod's net.ipv4.ip_unprivileged_port_start sysctl.
 		"--dns-addr", "127.0.0.1:53",
 		"--llm-addr", loop(o.LLMPort),
-		// The kubelet probes the pod IP, not loopback, so the admin listener binds the pod
-		// IP (bracketed: Go accepts [a.b.c.d]:port and [v6]:port alike). The sandbox's own
-		// connects to it are not among the kernel's allowed listeners.
-		"--admin-addr", fmt.Sprintf("[$(POD_IP)]:%d", o.AdminPort),
+		// Loopback only: other pods never reach admin, metrics or the model API; the kubelet
+		// probes with `airlock health` run inside this container.
+		"--admin-addr", loop(o.AdminPort),
 		"--state-dir", stateDir,
 		// ebpf pin directory names allow letters, digits, '.', '_' and '-': namespaces have no
 		// dots, so "namespace.name" is unambiguous.
 		"--sandbox", "$(POD_NAMESPACE).$(POD_NAME)",
 		"--environment", environment,
 		"--upstream-dns", o.UpstreamDNS,
-		"--pod-cgroup",
-		"--cgroup-root", cgroupRootPath,
+		// Kernel enforcement is the node agent's (airlock node, a DaemonSet): this container
+		// holds no privilege. Its start waits for the agent's confirmation, so the startup
+		// probe keeps the app containers from starting before the pod is enforced.
+		"--node-agent",
 		"--ca-bundle-out", CABundle,
 		// Every app container runs without CAP_NET_RAW (dropNetRaw), so packet sockets are
 		// out of its reach even where the BPF LSM cannot refuse them.
 		"--packet-guard", "best-effort",
 	}
+	return append(args, o.Vault.args()...)
 }
 
 // sidecar is the injected native sidecar: an init container with restartPolicy Always, so it
 // starts before every other container (its startup probe gates them) and stops after them.
+// It runs with no privilege at all (Pod Security "restricted").
 func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
-	privileged, root, nonRoot := true, int64(0), false
 	probe := func(p string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: p, Port: intstr.FromInt32(o.AdminPort), Scheme: corev1.URISchemeHTTP,
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				Command: []string{"airlock", "health", fmt.Sprintf("http://127.0.0.1:%d%s", o.AdminPort, p)},
 			}},
 			PeriodSeconds:    period,
 			FailureThreshold: failures,
-			TimeoutSeconds:   2,
+			TimeoutSeconds:   3,
 		}
 	}
 	fieldEnv := func(name, field string) corev1.EnvVar {
@@ -59,7 +64,6 @@ func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: field},
 		}}
 	}
-	hostToContainer := corev1.MountPropagationHostToContainer
 	return corev1.Container{
 		Name:            SidecarName,
 		Image:           o.Image,
@@ -69,41 +73,69 @@ func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 		Env: []corev1.EnvVar{
 			fieldEnv("POD_NAME", "metadata.name"),
 			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-			fieldEnv("POD_IP", "status.podIP"),
 			// The Go runtime collects before the kernel's OOM killer would act.
 			{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{
 				ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"},
 			}},
 		},
-		Ports: []corev1.ContainerPort{{Name: "airlock-admin", ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP}},
 		// Startup gates the app containers: they start only once the policy is loaded, the
-		// kernel enforcement attached and the CA bundle written.
-		StartupProbe:   probe("/readyz", 1, 120),
-		ReadinessProbe: probe("/readyz", 5, 3),
-		LivenessProbe:  probe("/healthz", 10, 3),
-		Resources:      *o.Resources.DeepCopy(),
-		RestartPolicy:  &always,
-		// Attaching cgroup eBPF programs to the pod's cgroup, pinning them in the host's
-		// bpffs and binding :53 need privileges (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN on the
-		// host's cgroup hierarchy); privileged is the one setting every runtime honours.
-		SecurityContext: &corev1.SecurityContext{
-			Privileged:   &privileged,
-			RunAsUser:    &root,
-			RunAsNonRoot: &nonRoot,
-		},
-		VolumeMounts: []corev1.VolumeMount{
+		// node agent has confirmed kernel enforcement of the pod and the CA bundle is written.
+		StartupProbe:    probe("/readyz", 1, 120),
+		ReadinessProbe:  probe("/readyz", 5, 3),
+		LivenessProbe:   probe("/healthz", 10, 3),
+		Resources:       *o.Resources.DeepCopy(),
+		RestartPolicy:   &always,
+		SecurityContext: restrictedContext(),
+		VolumeMounts: append([]corev1.VolumeMount{
 			{Name: volumePolicy, MountPath: policyDir, ReadOnly: true},
 			{Name: volumeState, MountPath: stateDir},
 			{Name: volumeCA, MountPath: CADir},
-			{Name: volumeBPF, MountPath: bpfDir, MountPropagation: &hostToContainer},
-			{Name: volumeCgroup, MountPath: cgroupRootPath, ReadOnly: true},
-		},
+		}, o.Vault.mounts()...),
 	}
 }
 
-// volumes are the pod volumes the injection adds.
+// restrictedContext is the sidecar's securityContext: everything Pod Security "restricted"
+// asks, and a read-only root filesystem (its writable state is in emptyDirs).
+func restrictedContext() *corev1.SecurityContext {
+	yes, no := true, false
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             &yes,
+		AllowPrivilegeEscalation: &no,
+		ReadOnlyRootFilesystem:   &yes,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// UnprivilegedPortSysctl lets the sidecar bind the DNS filter's port 53 without a capability.
+// It is a namespaced sysctl Kubernetes counts as safe, so Pod Security "restricted" admits it.
+const UnprivilegedPortSysctl = "net.ipv4.ip_unprivileged_port_start"
+
+// sysctlOps sets UnprivilegedPortSysctl to 53 in the pod's securityContext, unless it is
+// already 53 or lower.
+func sysctlOps(pod *corev1.Pod) []PatchOp {
+	want := corev1.Sysctl{Name: UnprivilegedPortSysctl, Value: "53"}
+	sc := pod.Spec.SecurityContext
+	switch {
+	case sc == nil:
+		return []PatchOp{add("/spec/securityContext", corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{want}})}
+	case sc.Sysctls == nil:
+		return []PatchOp{add("/spec/securityContext/sysctls", []corev1.Sysctl{want})}
+	}
+	for i, s := range sc.Sysctls {
+		if s.Name != UnprivilegedPortSysctl {
+			continue
+		}
+		if n, err := strconv.Atoi(s.Value); err == nil && n <= 53 {
+			return nil
+		}
+		return []PatchOp{add(pointer("spec", "securityContext", "sysctls", index(i), "value"), "53")}
+	}
+	return []PatchOp{add("/spec/securityContext/sysctls/-", want)}
+}
+
+// volumes are the pod volumes the injection adds: no hostPath.
 func volumes(policyConfigMap string) []corev1.Volume {
-	dir := corev1.HostPathDirectory
 	readable := int32(0o444)
 	caSize := resource.MustParse("4Mi")
 	return []corev1.Volume{
@@ -115,8 +147,6 @@ func volumes(policyConfigMap string) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: policyConfigMap},
 			DefaultMode:          &readable,
 		}}},
-		{Name: volumeBPF, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: bpfDir, Type: &dir}}},
-		{Name: volumeCgroup, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostCgroupDir, Type: &dir}}},
 	}
 }
 

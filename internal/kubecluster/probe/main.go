@@ -1,11 +1,13 @@
 // Command probe is the test cluster's only workload program, static and dependency-free in
 // its image (internal/kubecluster builds it): "pause" is the pod sandbox's process, "sleep"
 // an app container that waits to be exec'd into, and "http", "dial" and "dns" are what a test
-// runs in a pod (kubectl exec) to see what the pod's network lets through. Each prints one
-// line of key=value results and exits 0 when it could tell.
+// runs in a pod (kubectl exec) to see what the pod's network lets through; "find" looks for a
+// string in the container's environment and files. Each prints one line of key=value results
+// and exits 0 when it could tell.
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +16,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,7 +31,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME")
+		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|find STRING|agent @SOCKET|tunnels N HOST:PORT")
 		os.Exit(2)
 	}
 	var err error
@@ -40,6 +44,12 @@ func main() {
 		dial(os.Args[2])
 	case "dns":
 		err = lookup(os.Args[2])
+	case "find":
+		find(os.Args[2])
+	case "agent":
+		agent(os.Args[2])
+	case "tunnels":
+		err = tunnels(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -96,6 +106,83 @@ func dial(addr string) {
 	}
 }
 
+// agent talks to the airlock node agent's abstract socket as a sidecar would, asking it to
+// open 198.19.101.20:80 as if it were a listener, and prints whether it was let in.
+func agent(sock string) {
+	conn, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		fmt.Printf("agent=unreachable err=%q\n", err.Error())
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	hello := `{"id":1,"op":"hello","hello":{"version":1,"listeners":[{"addr":"198.19.101.20:80","udp":false,"kind":"proxy"}],"cidrs":[],"report":false,"require_packet_guard":false}}` + "\n"
+	// The agent may refuse (answer and close) before the hello is written: the write then
+	// fails, and its answer is still there to read.
+	_, werr := io.WriteString(conn, hello)
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil && werr != nil {
+		err = werr
+	}
+	switch {
+	case err != nil:
+		fmt.Printf("agent=closed err=%q\n", err.Error())
+	case strings.Contains(line, `"error"`):
+		fmt.Printf("agent=refused reply=%q\n", strings.TrimSpace(line))
+	default:
+		fmt.Printf("agent=welcomed reply=%q\n", strings.TrimSpace(line))
+	}
+}
+
+// tunnels opens n CONNECT tunnels to target through the proxy the environment names
+// (HTTPS_PROXY), prints how many opened, and holds them for 20 seconds.
+func tunnels(count, target string) error {
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return fmt.Errorf("tunnel count %q: %w", count, err)
+	}
+	proxy := strings.TrimPrefix(os.Getenv("HTTPS_PROXY"), "http://")
+	var mu sync.Mutex
+	var conns []net.Conn
+	sem := make(chan struct{}, 50)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if c := openTunnel(proxy, target); c != nil {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("tunnels=%d failed=%d\n", len(conns), n-len(conns))
+	time.Sleep(20 * time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+func openTunnel(proxy, target string) net.Conn {
+	c, err := net.DialTimeout("tcp", proxy, 5*time.Second)
+	if err != nil {
+		return nil
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, " 200") {
+		c.Close()
+		return nil
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c
+}
+
 // lookup asks the pod's first nameserver for name's A record and prints the response code.
 func lookup(name string) error {
 	server, err := nameserver()
@@ -147,4 +234,44 @@ func nameserver() (string, error) {
 		}
 	}
 	return "", errors.New("resolv.conf names no nameserver")
+}
+
+// find looks for s in the environment and in every regular file of the container (outside
+// /proc, /sys and /dev), and says whether the container has a service-account token
+// directory: "found=none files=N secrets=absent" when s is nowhere.
+func find(s string) {
+	var found []string
+	for _, e := range os.Environ() {
+		if strings.Contains(e, s) {
+			found = append(found, "env:"+strings.SplitN(e, "=", 2)[0])
+		}
+	}
+	files := 0
+	_ = filepath.WalkDir("/", func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir() && (path == "/proc" || path == "/sys" || path == "/dev"):
+			return filepath.SkipDir
+		case !d.Type().IsRegular():
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		files++
+		if strings.Contains(string(b), s) {
+			found = append(found, path)
+		}
+		return nil
+	})
+	secrets := "absent"
+	if _, err := os.Stat("/var/run/secrets"); err == nil {
+		secrets = "present"
+	}
+	if len(found) == 0 {
+		found = []string{"none"}
+	}
+	fmt.Printf("found=%s files=%d secrets=%s\n", strings.Join(found, ","), files, secrets)
 }

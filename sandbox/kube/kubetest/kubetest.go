@@ -34,3 +34,27 @@ func (c Clientset) UpdateConfigMap(ctx context.Context, cm *corev1.ConfigMap) (*
 func (c Clientset) CreatePod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	return c.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 }
+
+// DeleteConfigMap implements kube.API.
+func (c Clientset) DeleteConfigMap(ctx context.Context, ns, name string) error {
+	return c.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+// GetPod implements kube.API.
+func (c Clientset) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// ListPods implements kube.API.
+func (c Clientset) ListPods(ctx context.Context, ns, selector string) ([]corev1.Pod, error) {
+	l, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// DeletePod implements kube.API.
+func (c Clientset) DeletePod(ctx context.Context, ns, name string) error {
+	return c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+}

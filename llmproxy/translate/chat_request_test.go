@@ -1,0 +1,51 @@
+package translate
+
+import "testing"
+
+// Recorded Chat Completions requests and the Messages requests they become.
+func TestChatToMessagesRequest(t *testing.T) {
+	runRequestCases(t, OpenAIChat, AnthropicMessages, RequestOptions{}, []reqCase{
+		{name: "system, developer and user text",
+			in:   `{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"developer","content":[{"type":"text","text":"No emoji."}]},{"role":"user","content":"Hi"}]}`,
+			want: `{"model":"m","system":[{"type":"text","text":"Be brief."},{"type":"text","text":"No emoji."}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}`},
+		{name: "images: data URL and https URL",
+			in:   `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBO"}},{"type":"image_url","image_url":{"url":"https://img.example/a.jpg","detail":"auto"}}]}]}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}},{"type":"image","source":{"type":"url","url":"https://img.example/a.jpg"}}]}]}`},
+		{name: "tool calls and results, parallel results merged into one user turn",
+			in:   `{"model":"m","messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":"Checking.","tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{\"city\":\"Paris\"}"}},{"id":"c2","type":"function","function":{"name":"w","arguments":""}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"},{"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"rain"}]}]}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Weather?"}]},{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"c1","name":"w","input":{"city":"Paris"}},{"type":"tool_use","id":"c2","name":"w","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"sunny"},{"type":"tool_result","tool_use_id":"c2","content":"rain"}]}]}`},
+		{name: "tools, forced function, no parallel calls",
+			in:   `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},{"type":"function","function":{"name":"now"}}],"tool_choice":{"type":"function","function":{"name":"w"}},"parallel_tool_calls":false}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"tools":[{"name":"w","description":"Weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},{"name":"now","input_schema":{"type":"object","properties":{}}}],"tool_choice":{"type":"tool","name":"w","disable_parallel_tool_use":true}}`},
+		{name: "tool_choice required", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}],"tool_choice":"required"}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"tools":[{"name":"w","input_schema":{"type":"object","properties":{}}}],"tool_choice":{"type":"any"}}`},
+		{name: "tool_choice none", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"none"}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"tool_choice":{"type":"none"}}`},
+		{name: "sampling, limits, stop, stream, user",
+			in:   `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":10,"max_completion_tokens":20,"temperature":0.7,"top_p":0.9,"stop":"END","stream":true,"stream_options":{"include_usage":true},"user":"u1"}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"max_tokens":20,"temperature":0.7,"top_p":0.9,"stop_sequences":["END"],"stream":true,"metadata":{"user_id":"u1"}}`},
+		{name: "stop array and defaults left out",
+			in:   `{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b"],"n":1,"presence_penalty":0,"frequency_penalty":0,"logprobs":false,"store":false,"response_format":{"type":"text"},"seed":null}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"stop_sequences":["a","b"]}`},
+		{name: "assistant refusal in history", in: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"refusal":"No."}]}`,
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]},{"role":"assistant","content":[{"type":"text","text":"No."}]}]}`},
+		{name: "n above 1", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}`, field: "n"},
+		{name: "logprobs", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true}`, field: "logprobs"},
+		{name: "top_logprobs", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2}`, field: "top_logprobs"},
+		{name: "temperature above 1", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":1.5}`, field: "temperature"},
+		{name: "frequency_penalty", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"frequency_penalty":0.5}`, field: "frequency_penalty"},
+		{name: "seed", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"seed":7}`, field: "seed"},
+		{name: "store", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"store":true}`, field: "store"},
+		{name: "json mode", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, field: "response_format"},
+		{name: "message name", in: `{"model":"m","messages":[{"role":"user","name":"bob","content":"x"}]}`, field: "messages[0].name"},
+		{name: "late system message", in: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"system","content":"y"}]}`, field: "messages[1].role"},
+		{name: "image detail", in: `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://a/b.png","detail":"high"}}]}]}`, field: "messages[0].content[0].image_url.detail"},
+		{name: "audio input", in: `{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"x","format":"wav"}}]}]}`, field: "messages[0].content[0].type"},
+		{name: "strict tool", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w","strict":true}}]}`, field: "tools[0].function.strict"},
+		{name: "custom tool", in: `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"name":"w"}}]}`, field: "tools[0].type"},
+		{name: "tool arguments not an object", in: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"w","arguments":"[1]"}}]}]}`, field: "messages[1].tool_calls[0].function.arguments"},
+		{name: "tool message without id", in: `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"tool","content":"y"}]}`, field: "messages[1].tool_call_id"},
+		{name: "legacy function role", in: `{"model":"m","messages":[{"role":"function","name":"f","content":"x"}]}`, field: "messages[0].name"},
+		{name: "no messages", in: `{"model":"m","messages":[]}`, field: "messages"},
+	})
+}

@@ -1,0 +1,125 @@
+package proxy
+
+// HTTP/2 on the client side of an intercepted tunnel. The intercepting TLS server offers
+// "h2" before "http/1.1" in ALPN; a client that picks h2 has its streams served by the
+// HTTP/2 server net/http bundles (golang.org/x/net/http2's, whose own Server API is
+// deprecated in favour of http.Server.Protocols). Every stream is one request through the
+// same handler as an HTTP/1.1 request in the tunnel: goproxy, the exchange's decision (L7
+// rules), injection and response filtering. A stream's :authority is its Host (net/http
+// maps one onto the other), so the exchange's Host check refuses a stream naming another
+// host than the tunnel's (host_mismatch), as it does a Host header in HTTP/1.1. The
+// upstream side negotiates HTTP/2 or HTTP/1.1 on its own (upstreams, ForceAttemptHTTP2).
+//
+// CONNECT inside a stream is refused, RFC 8441 extended CONNECT (WebSocket over HTTP/2)
+// included: the server does not advertise SETTINGS_ENABLE_CONNECT_PROTOCOL, so WebSocket
+// clients open an HTTP/1.1 connection for the upgrade (websocket.go).
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// serveH2 serves the HTTP/2 streams of one intercepted connection with h until the
+// connection closes or idles out. TLS is already terminated (conn is the *tls.Conn, wrapped
+// by serveConn), so net/http's HTTP/2 server is enabled for "unencrypted" HTTP/2: it reads
+// the client's connection preface from conn and serves only HTTP/2 there. Shutdown sends
+// GOAWAY, so the client opens no new stream.
+func (p *Proxy) serveH2(conn net.Conn, h http.Handler) {
+	srv := p.newServer(h)
+	srv.TLSNextProto = nil // net/http sets up its HTTP/2 server
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv.Protocols = &protos
+	stop := p.active.onDrain(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // only the shutdown hooks (GOAWAY) are wanted: srv has no listener of its own
+		_ = srv.Shutdown(ctx)
+	})
+	defer stop()
+	p.serveConn(srv, conn)
+}
+
+// h2Handler is the handler of an intercepted tunnel's HTTP/2 streams: h, except that a
+// CONNECT stream is refused (upgrade_unsupported): it cannot be hijacked, and a tunnel in a
+// stream would carry bytes no rule looked at.
+func (p *Proxy) h2Handler(t *tunnel, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			h.ServeHTTP(w, r)
+			return
+		}
+		o := &origin{client: t.client, hostHeader: r.Host, headKnown: true, ups: t.ups, tunnel: t}
+		p.refuseRequest(w, r, o, policy.Decision{Reason: policy.ReasonUpgradeUnsupported, Rule: t.d.Rule,
+			Host: t.host, Port: t.port,
+			Detail: "CONNECT in an HTTP/2 stream (RFC 8441 WebSocket included) is not relayed; use WebSocket over HTTP/1.1"})
+	})
+}
+
+// refuseRequest answers r with the denial d and audits it, for a request refused before
+// goproxy sees it.
+func (p *Proxy) refuseRequest(w http.ResponseWriter, r *http.Request, o *origin, d policy.Decision) {
+	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
+		method: r.Method, path: r.URL.EscapedPath(), host: r.Host, dest: r.Host}
+	resp := x.deny(r, d)
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = bufio.NewReader(resp.Body).WriteTo(w)
+}
+
+// streamWriter is the client's ResponseWriter as goproxy sees it: it flushes after every
+// write, so a streamed response (SSE, gRPC server streaming, a long poll) reaches the client
+// as the upstream sends it instead of when a buffer fills; and it remembers a hijacked
+// connection, so a WebSocket relay can close it when either side ends.
+type streamWriter struct {
+	http.ResponseWriter
+
+	// mu guards conn.
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+// Write writes b and flushes it to the client.
+func (w *streamWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	if err == nil {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
+	return n, err
+}
+
+// Flush flushes what was written.
+func (w *streamWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Hijack takes over the client connection (HTTP/1.1 only) and remembers it.
+func (w *streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	w.mu.Lock()
+	w.conn = c
+	w.mu.Unlock()
+	return c, rw, nil
+}
+
+// closeHijacked closes the hijacked connection, if there is one.
+func (w *streamWriter) closeHijacked() {
+	w.mu.Lock()
+	c := w.conn
+	w.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// Unwrap is for http.ResponseController.
+func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The Node HTTP client, pinned; installed from the npm registry once into the repository's
+// .cache (shared by worktrees, never committed), as llmproxy's Node SDK tests do.
+const nodeUndici = "undici@6.29.1"
+
+// nodeModules returns the node_modules directory holding undici, installing it when missing.
+// It skips when node or npm is missing, and fails instead under AIRLOCK_PRIVILEGED_TESTS=1.
+func nodeModules(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			failOrSkip(t, tool+" is not installed: the Node fetch test needs it")
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".cache", "node-sdk", strings.ReplaceAll(nodeUndici, "@", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := filepath.Join(root, "node_modules")
+	if _, err := os.Stat(filepath.Join(mods, ".airlock-complete")); err == nil {
+		return mods
+	}
+	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(root), "install-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", nodeUndici)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s: %v\n%s", nodeUndici, err, out)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "node_modules", ".airlock-complete"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, root); err != nil { // another test process may have won the race
+		if _, serr := os.Stat(filepath.Join(mods, ".airlock-complete")); serr != nil {
+			t.Fatalf("install %s: %v", nodeUndici, err)
+		}
+	}
+	return mods
+}
+
+// TestNodeFetchThroughProxy runs Node's fetch (undici with its ProxyAgent) through an
+// intercepted tunnel: the credential arrives upstream (over HTTP/2 there), and an L7 rule
+// denies a path with the proxy's JSON denial. undici 6's ProxyAgent speaks HTTP/1.1 inside
+// the tunnel (it does not offer h2 there), so this is the HTTP/1.1 client side.
+func TestNodeFetchThroughProxy(t *testing.T) {
+	mods := nodeModules(t)
+	h := newStreamHarness(t)
+	s := &seen{}
+	h.route(addrAPI, 443, h.h2Upstream(t, protoEcho(s), "api.test"))
+	script, _ := filepath.Abs(filepath.Join("testdata", "node", "fetch.cjs"))
+	cmd := exec.Command("node", script, "http://"+h.addr, h.caFile(t), "https://api.test/ok/node", "https://api.test/denied")
+	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got []struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		var r struct {
+			Status int    `json:"status"`
+			Body   string `json:"body"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("node printed %q: %v", sc.Text(), err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 2 || got[0].Status != 200 || !strings.Contains(got[0].Body, "proto=HTTP/2.0 path=/ok/node") {
+		t.Fatalf("node got %+v, want the upstream's answer first", got)
+	}
+	if got[1].Status != 403 || deniedJSON(t, got[1].Body).Reason != "path_not_allowed" {
+		t.Fatalf("node got %+v, want the path denial second", got[1])
+	}
+	s.checkInjected(t, 1)
+}
