@@ -5,7 +5,7 @@
 #   make image     airlock's image tarball (offline, reproducible): bin/airlock-image.tar
 #   make kubecluster  build/cache the test cluster's binaries (for AIRLOCK_CLUSTER_TESTS=1)
 #   make test      vet + every test, privileged ones included when run as root
-#   make bench     proxied req/s against direct, Squid and tinyproxy, as ratios
+#   make bench     proxied req/s (HTTP and HTTPS) against direct, Squid and tinyproxy, as ratios
 #   make bench-kube  on the test cluster: apply->Ready with and without injection, sidecar RSS
 #   make lint      gofmt, go vet, staticcheck
 #   make generate  regenerate generated code (go generate ./...)

@@ -52,6 +52,11 @@ type config struct {
 	keep         bool          // keep the temporary directory with every log
 	dns          bool          // also run the DNS section (dns.go)
 	sandboxOnly  bool          // run only the sandbox section (sandbox.go)
+	tls          bool          // run the HTTPS section (tls.go)
+	tlsOnly      bool          // run only the HTTPS section
+	tlsConns     int           // concurrent tunnels or connections in the HTTPS section
+	bulkBytes    int64         // bytes of the one-tunnel bulk transfer
+	profileDir   string        // write CPU profiles of airlock during the HTTPS tests here
 }
 
 const (
@@ -86,6 +91,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.squidWorkers, "squid-workers", 1, "Squid worker processes (1 = Squid's default; more = SMP mode)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory with configs and logs")
 	fs.BoolVar(&c.dns, "dns", true, "also measure the DNS filter against dnsmasq with dnsperf (needs root: runs in its own network namespace)")
+	fs.BoolVar(&c.tls, "tls", true, "also run the HTTPS section: new tunnels/s, one tunnel's throughput, intercepted keep-alive and h2")
+	fs.BoolVar(&c.tlsOnly, "tls-only", false, "run only the HTTPS section")
+	fs.IntVar(&c.tlsConns, "tls-conns", 16, "concurrent tunnels (new-tunnel test) or connections (intercepted tests) in the HTTPS section")
+	fs.Int64Var(&c.bulkBytes, "bulk-bytes", 1<<30, "bytes carried by the one-tunnel bulk test")
+	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of airlock during its first round of each HTTPS test into this `directory`")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy, next to a bare\nnet/http forwarder (go-nethttp) as the reference.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -111,6 +121,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-timeout %s: use at least 1s", c.timeout)
 	case c.squidWorkers < 1 || c.squidWorkers > 64:
 		return c, fmt.Errorf("-squid-workers %d: use 1 to 64", c.squidWorkers)
+	case c.tlsConns < 1 || c.tlsConns > 1000:
+		return c, fmt.Errorf("-tls-conns %d: use 1 to 1000", c.tlsConns)
+	case c.bulkBytes < 1<<20:
+		return c, fmt.Errorf("-bulk-bytes %d: use at least 1 MiB", c.bulkBytes)
 	case c.loadgen != "wrk" && c.loadgen != "go":
 		return c, fmt.Errorf("-loadgen %q: use %q or %q", c.loadgen, "wrk", "go")
 	}
@@ -146,6 +160,8 @@ func main() {
 			os.Exit(runKernelConnectChild())
 		case llmProviderRole:
 			os.Exit(runLLMProviderChild())
+		case tlsUpstreamRole:
+			os.Exit(runTLSUpstreamChild())
 		case llmAnthropicRole:
 			os.Exit(runLLMAnthropicChild())
 		}
@@ -204,6 +220,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
+	if cfg.tlsOnly {
+		return runTLSSection(ctx, e, root, stdout)
+	}
 	legs := runLegs(ctx, e, gen)
 	if ctx.Err() != nil {
 		fmt.Fprintln(stderr, "bench: interrupted; every child process stopped")
@@ -211,6 +230,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	printReport(stdout, cfg, gen, e, legs)
 	printInjectReport(stdout, legs)
+	code := runSections(ctx, e, root, stdout)
+	for _, l := range legs {
+		if l.problem != "" {
+			return 1
+		}
+	}
+	return code
+}
+
+// runSections runs and prints the sections after the HTTP legs: HTTPS, DNS, kernel, model
+// API and sandboxes. It returns 1 when one failed or was invalid, else 0.
+func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int {
+	cfg := e.cfg
+	code := 0
+	if cfg.tls && runTLSSection(ctx, e, root, stdout) != 0 {
+		code = 1
+	}
 	if cfg.dns {
 		rep := runDNSBench(ctx, e, root)
 		printDNSReport(stdout, e, rep)
@@ -218,7 +254,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	krep := runKernelBench(ctx, progress)
+	krep := runKernelBench(ctx, e.progress)
 	printKernelReport(stdout, krep)
 	if krep.err != nil {
 		return 1
@@ -238,12 +274,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if srep.err != nil {
 		return 1
 	}
-	for _, l := range legs {
-		if l.problem != "" {
-			return 1
-		}
-	}
-	return 0
+	return code
 }
 
 // pickGenerator returns wrk, or says exactly how to install it.

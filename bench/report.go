@@ -182,7 +182,7 @@ func machineFacts(gen generator, legs []*leg, e *env) [][2]string {
 				facts = append(facts, [2]string{"airlock", cmdFirstLine(e.airlockBin, "version") + " (policy enforce, audit to file and stderr)"})
 			}
 		case "squid":
-			if p, err := findBinary("squid", "squid"); err == nil {
+			if p, err := findBinary("squid", "squid-openssl"); err == nil {
 				facts = append(facts, [2]string{"squid", fmt.Sprintf("%s (workers %d, no cache, access_log via logfile daemon)",
 					cmdFirstLine(p, "-v"), e.cfg.squidWorkers)})
 			}

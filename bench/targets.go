@@ -29,8 +29,10 @@ type env struct {
 
 // proxyRun is one started proxy.
 type proxyRun struct {
-	addr string
-	p    *proc
+	addr     string
+	admin    string // airlock's admin listener; "" for other proxies
+	stateDir string // airlock's --state-dir; "" for other proxies
+	p        *proc
 	// audit reads the proxy's audit trail after it stopped and proves audit was on; nil for
 	// a reference leg, which has none.
 	audit func() (auditStats, error)
@@ -95,15 +97,27 @@ func startAirlock(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 
 // startAirlockPolicy starts airlock with policy, a format taking the upstream's port.
 func startAirlockPolicy(ctx context.Context, e *env, dir, policy string) (*proxyRun, error) {
+	_, portStr, _ := strings.Cut(e.upstream.addr, ":")
+	port, _ := strconv.Atoi(portStr)
+	return startAirlockWith(ctx, e, dir, fmt.Appendf(nil, policy, port), airlockOpts{upstreamDNS: "127.0.0.1:53"})
+}
+
+// airlockOpts are what the HTTP and HTTPS sections start airlock with differently.
+type airlockOpts struct {
+	upstreamDNS string   // --upstream-dns
+	env         []string // added to the environment (SSL_CERT_FILE for the HTTPS section)
+	pprof       bool     // --admin-pprof, so the bench can take profiles
+}
+
+// startAirlockWith starts airlock with the policy file body and opts.
+func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, opts airlockOpts) (*proxyRun, error) {
 	bin, err := airlockBinary(ctx, e, dir)
 	if err != nil {
 		return nil, err
 	}
 	e.airlockBin = bin
-	_, portStr, _ := strings.Cut(e.upstream.addr, ":")
-	port, _ := strconv.Atoi(portStr)
 	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, fmt.Appendf(nil, policy, port), 0o644); err != nil {
+	if err := os.WriteFile(policyPath, policy, 0o644); err != nil {
 		return nil, err
 	}
 	proxyAddr, err := freeAddr()
@@ -124,21 +138,7 @@ func startAirlockPolicy(ctx context.Context, e *env, dir, policy string) (*proxy
 		"--audit-log", auditPath,
 		"--sandbox", "bench",
 	}
-	// Listeners the bench does not use are turned off, so they neither take CPU nor clash
-	// with another process on their default ports, and the sidecar's own resolver is a dead
-	// loopback port: the upstream is an IP, and no DNS query may leave the machine. Only
-	// flags this binary lists in its help are passed.
-	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
-	help, _ := exec.CommandContext(hctx, bin, "run", "--help").CombinedOutput()
-	hcancel()
-	for _, f := range [][2]string{
-		{"transparent-addr", "off"}, {"dns-addr", "off"}, {"llm-addr", "off"},
-		{"upstream-dns", "127.0.0.1:53"},
-	} {
-		if regexp.MustCompile(`(?m)^\s*--?` + f[0] + `\b`).Match(help) {
-			args = append(args, "--"+f[0], f[1])
-		}
-	}
+	args = append(args, optionalFlags(ctx, bin, opts)...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	// Neither the caller's proxy settings nor its AIRLOCK_* variables (which set any flag
@@ -149,6 +149,7 @@ func startAirlockPolicy(ctx context.Context, e *env, dir, policy string) (*proxy
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, opts.env...)
 	e.progress("airlock %s", strings.Join(args, " "))
 	// stderr carries logs and a copy of every audit line: it goes to a file, never a pipe.
 	p, err := startProc("airlock", cmd, filepath.Join(dir, "airlock.log"))
@@ -171,9 +172,32 @@ func startAirlockPolicy(ctx context.Context, e *env, dir, policy string) (*proxy
 		p.stop()
 		return nil, err
 	}
-	return &proxyRun{addr: proxyAddr, p: p, audit: func() (auditStats, error) {
+	return &proxyRun{addr: proxyAddr, admin: adminAddr, stateDir: stateDir, p: p, audit: func() (auditStats, error) {
 		return airlockAudit(auditPath)
 	}}, nil
+}
+
+// optionalFlags turns off the listeners the bench does not use, so they neither take CPU
+// nor clash with another process on their default ports, and points the sidecar's resolver
+// at opts.upstreamDNS (a dead loopback port for the HTTP legs: the upstream is an IP, and no
+// DNS query may leave the machine). Only flags bin lists in its help are passed.
+func optionalFlags(ctx context.Context, bin string, opts airlockOpts) []string {
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	help, _ := exec.CommandContext(hctx, bin, "run", "--help").CombinedOutput()
+	hcancel()
+	var args []string
+	for _, f := range [][2]string{
+		{"transparent-addr", "off"}, {"dns-addr", "off"}, {"llm-addr", "off"},
+		{"upstream-dns", opts.upstreamDNS},
+	} {
+		if regexp.MustCompile(`(?m)^\s*--?` + f[0] + `\b`).Match(help) {
+			args = append(args, "--"+f[0], f[1])
+		}
+	}
+	if opts.pprof {
+		args = append(args, "--admin-pprof")
+	}
+	return args
 }
 
 // airlockBinary returns -airlock-bin, or builds ./cmd/airlock into dir.
@@ -289,7 +313,7 @@ workers %[5]d
 `
 
 func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
-	bin, err := findBinary("squid", "squid")
+	bin, err := findBinary("squid", "squid-openssl")
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,8 @@ type Config struct {
 	// AllowMap receives the addresses of allowed answers before the client sees them. Nil
 	// means none (no kernel enforcement): addresses are still tracked for Resolved.
 	AllowMap AllowMap
+	// Answers receives every forwarded address answer (see AnswerSink). Nil means none.
+	Answers AnswerSink
 	// LLMAddr is the sidecar's LLM endpoint listener; llm.airlock.internal resolves to its
 	// address (see reserved.go). Invalid (the zero value) means the endpoint is off, and the
 	// name gets NXDOMAIN.

@@ -176,6 +176,7 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 	f.metrics.counter(f.metrics.upstream, "ok", "").Inc()
 	q.ev.Addr = server.String()
 	addrs := cleanAnswer(r, qs.Name, qs.Qtype, cfg.MinTTL)
+	f.share(q.name, qs.Qtype, r.Rcode, addrs)
 	var keep func(netip.Addr) bool
 	if !record {
 		// Report mode answers a name enforce would deny, but records nothing: no rule gives
@@ -202,6 +203,26 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 		q.ev.Detail += "; answered " + describeAnswer(qs.Qtype, r)
 	} else {
 		q.ev.Detail = describeAnswer(qs.Qtype, r)
+	}
+}
+
+// share hands a successful address answer, every address of it, to Config.Answers.
+func (f *Filter) share(name string, qtype uint16, rcode int, addrs []answerAddr) {
+	if f.cfg.Answers == nil || rcode != dns.RcodeSuccess || len(addrs) == 0 ||
+		(qtype != dns.TypeA && qtype != dns.TypeAAAA) {
+		return
+	}
+	v6 := qtype == dns.TypeAAAA
+	out := make([]netip.Addr, 0, len(addrs))
+	ttl := addrs[0].ttl
+	for _, a := range addrs {
+		if a.addr.Is6() == v6 {
+			out = append(out, a.addr)
+			ttl = min(ttl, a.ttl)
+		}
+	}
+	if len(out) > 0 {
+		f.cfg.Answers.PutAnswer(name, v6, out, ttl)
 	}
 }
 

@@ -50,10 +50,37 @@ type CA struct {
 
 	maxLeaves int // leaf cache bound
 
-	// mu guards leaves and order.
+	// mu guards leaves, order and the ticket keys.
 	mu     sync.Mutex
 	leaves map[string]*list.Element // host -> element of order holding a *leafEntry
 	order  *list.List               // most recently used first
+	// tickets are the session ticket keys of intercepted connections, newest first, and
+	// ticketsAt when the newest was made (see ticketKeys).
+	tickets   [][32]byte
+	ticketsAt time.Time
+}
+
+// ticketRotation is how long a session ticket key issues tickets; the one before it is still
+// accepted for as long again, so a ticket lives at most twice this.
+const ticketRotation = 24 * time.Hour
+
+// ticketKeys returns the session ticket keys every intercepted connection shares, so a
+// client can resume its TLS session with the sidecar in a later tunnel (an abbreviated
+// handshake: no certificate, no signature). The keys live only in memory and rotate every
+// ticketRotation.
+func (c *CA) ticketKeys() [][32]byte {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.tickets) == 0 || now.Sub(c.ticketsAt) >= ticketRotation || now.Before(c.ticketsAt) {
+		var k [32]byte
+		if _, err := rand.Read(k[:]); err != nil { // crypto/rand does not fail on supported platforms
+			panic(fmt.Sprintf("read random ticket key: %v", err))
+		}
+		c.tickets = append([][32]byte{k}, c.tickets[:min(len(c.tickets), 1)]...)
+		c.ticketsAt = now
+	}
+	return c.tickets
 }
 
 type leafEntry struct {

@@ -268,6 +268,18 @@ func (c *headConn) pop() (requestHead, bool) {
 	return h, true
 }
 
+// rawTCP returns the TCP socket under c once c passes bytes through with none buffered, so
+// reading the socket is reading c; else nil.
+func (c *headConn) rawTCP() *net.TCPConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mode != modePass || len(c.buf) > 0 || c.err != nil {
+		return nil
+	}
+	tc, _ := c.Conn.(*net.TCPConn)
+	return tc
+}
+
 // CloseWrite half-closes the underlying connection when it can.
 func (c *headConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {

@@ -26,11 +26,14 @@ func (p *Proxy) intercept(t *tunnel, client net.Conn) {
 	}
 	conn, scheme := net.Conn(&prefixConn{Conn: client, r: br}), "http"
 	if first[0] == recordTypeHandshake {
-		tc := tls.Server(conn, &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			NextProtos:     []string{"h2", "http/1.1"}, // HTTP/2 when the client offers it (h2.go)
-			GetCertificate: t.certificate,
-		})
+		cfg := &tls.Config{
+			MinVersion:       tls.VersionTLS12,
+			NextProtos:       []string{"h2", "http/1.1"}, // HTTP/2 when the client offers it (h2.go)
+			GetCertificate:   t.certificate,
+			VerifyConnection: t.verifyServerName,
+		}
+		cfg.SetSessionTicketKeys(p.cfg.CA.ticketKeys())
+		tc := tls.Server(conn, cfg)
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.headTimeout())
 		err := tc.HandshakeContext(ctx)
 		cancel()
@@ -57,6 +60,19 @@ func (t *tunnel) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, erro
 		}
 	}
 	return t.p.cfg.CA.leaf(t.host)
+}
+
+// verifyServerName holds the server-name rule of certificate for a resumed session too,
+// where the certificate is not asked for again.
+func (t *tunnel) verifyServerName(cs tls.ConnectionState) error {
+	if !cs.DidResume || cs.ServerName == "" {
+		return nil
+	}
+	if h, err := policy.NormalizeHost(cs.ServerName); err != nil || h.Name != t.host {
+		t.refuse(sniMismatch(t, cs.ServerName))
+		return errSNIMismatch
+	}
+	return nil
 }
 
 // serveInner serves the requests inside an intercepted tunnel (HTTP/1.1, or HTTP/2 streams

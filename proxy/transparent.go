@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,7 +102,16 @@ func (p *Proxy) transparentTLS(c net.Conn, br *bufio.Reader, orig netip.AddrPort
 	}
 	defer upstream.Close()
 	t.setStatus(http.StatusOK)
-	p.relay(t, client, upstream, nil)
+	// The bytes read to classify the connection go first; then the client's socket is read
+	// directly, so the relay can splice it.
+	first := slices.Concat(s.first, peekBuffered(br))
+	p.relay(t, c, upstream, func(*bufio.Reader) ([]byte, error) { return first, nil })
+}
+
+// peekBuffered returns the bytes br holds, without consuming them.
+func peekBuffered(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return b
 }
 
 // transparentHTTP serves a redirected plain HTTP connection. It holds a tunnel slot while

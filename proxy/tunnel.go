@@ -115,23 +115,36 @@ func (t *tunnel) finish() {
 // reads the client's first bytes (from a reader of classifyBuffer bytes) before anything
 // goes upstream and returns them to be sent first, or an error that ends the tunnel.
 // Upstream bytes flow from the start, so protocols where the server speaks first work.
+// Where both ends are TCP sockets, a direction moves its bytes with splice(2) (see
+// splicePipe); otherwise through a user-space buffer.
 func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.Reader) ([]byte, error)) {
-	idle := &idleDeadline{conns: []net.Conn{client, upstream}, idle: p.cfg.IdleTimeout}
-	idle.touch()
+	idle := &idleClock{idle: p.cfg.IdleTimeout}
+	idle.progress()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		src, first := client, []byte(nil)
 		if screen != nil {
+			// The client's first bytes are due within IdleTimeout of the tunnel's last
+			// traffic, as any later ones: the other direction's progress moves the deadline.
+			idle.screening.Store(&client)
+			_ = client.SetReadDeadline(time.Now().Add(idle.idle))
 			br := bufio.NewReaderSize(client, classifyBuffer)
 			var err error
-			if first, err = screen(br); err != nil {
+			first, err = screen(br)
+			idle.screening.Store(nil)
+			if err != nil {
 				_ = client.Close()
 				_ = upstream.Close()
 				return
 			}
-			src = &prefixConn{Conn: client, r: br}
+			// The reader's leftover goes first too; then the client is read directly (and
+			// can be spliced).
+			if n := br.Buffered(); n > 0 {
+				rest, _ := br.Peek(n)
+				first = append(first, rest...)
+			}
 		}
 		pipe(upstream, src, first, idle, &t.up, p.metrics.bytesUp)
 	}()
@@ -143,42 +156,140 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 }
 
 // pipe copies src to dst, first sending first. At src's EOF it half-closes dst so the other
-// direction can finish; on any other error it closes both, which ends the other direction
-// too.
-func pipe(dst, src net.Conn, first []byte, idle *idleDeadline, n *atomic.Int64, total prometheus.Counter) {
-	fail := func() {
-		_ = dst.Close()
-		_ = src.Close()
-	}
+// direction can finish; on any other error, or when the tunnel has idled out, it closes
+// both, which ends the other direction too.
+func pipe(dst, src net.Conn, first []byte, idle *idleClock, n *atomic.Int64, total prometheus.Counter) {
 	if len(first) > 0 {
+		_ = dst.SetWriteDeadline(time.Now().Add(idle.idle))
 		if _, err := dst.Write(first); err != nil {
-			fail()
+			_ = dst.Close()
+			_ = src.Close()
 			return
 		}
 		n.Add(int64(len(first)))
 		total.Add(float64(len(first)))
 	}
-	buf := make([]byte, relayBuffer)
+	// A short tunnel (a handshake and a request) is cheapest through the buffer; once a
+	// tunnel has carried spliceAfter bytes this way, the rest goes through splice(2).
+	dt, st := tcpOf(dst, false), tcpOf(src, true)
+	limit := int64(-1)
+	if dt != nil && st != nil {
+		limit = spliceAfter
+	}
+	more, err := copyPipe(dst, src, idle, n, total, limit)
+	if err == nil && more {
+		err = splicePipe(dt, st, idle, n, total)
+	}
+	if err != nil {
+		_ = dst.Close()
+		_ = src.Close()
+		return
+	}
+	closeWrite(dst)
+}
+
+// spliceChunk bounds one splice run, so the byte counters move at least every chunk.
+const spliceChunk = 4 << 20
+
+// spliceAfter is how many bytes a direction copies through its buffer before it splices:
+// for a few small records two splice(2) calls cost more than a read and a write.
+const spliceAfter = 64 << 10
+
+// splicePipe moves src's bytes to dst in the kernel: TCPConn.ReadFrom splices from an
+// io.LimitedReader over a *net.TCPConn. Each run is bounded in bytes (spliceChunk, for the
+// counters) and in time (a read deadline of IdleTimeout/8), so a direction that waits
+// notices when the whole tunnel has idled out, and a direction that moves bytes slowly
+// still reports them. A write to dst stuck for IdleTimeout ends the tunnel, as in copyPipe
+// (splice may have taken bytes from src that it could not deliver). It returns nil at src's
+// EOF.
+func splicePipe(dst, src *net.TCPConn, idle *idleClock, n *atomic.Int64, total prometheus.Counter) error {
+	lr := &io.LimitedReader{R: src}
+	tick := max(idle.idle/8, time.Millisecond)
 	for {
+		now := time.Now()
+		writeBy := now.Add(idle.idle)
+		_ = src.SetReadDeadline(now.Add(tick))
+		_ = dst.SetWriteDeadline(writeBy)
+		lr.N = spliceChunk
+		k, err := dst.ReadFrom(lr)
+		if k > 0 {
+			idle.progress()
+			n.Add(k)
+			total.Add(float64(k))
+		}
+		switch {
+		case err == nil && lr.N > 0:
+			return nil // src's EOF ended the run before the chunk did
+		case err == nil:
+			continue
+		case isTimeout(err) && time.Now().Before(writeBy) && !idle.expired():
+			// The read tick: nothing was waiting in the pipe. (A write that timed out may
+			// have left bytes in it, which are lost: that ends the tunnel, below.)
+			continue
+		}
+		return err
+	}
+}
+
+// copyPipe copies src to dst through a pooled buffer until src's EOF (nil) or an error or
+// the tunnel idling out; with limit ≥ 0 it stops once it has copied limit bytes and
+// returns more, for the caller to go on another way.
+func copyPipe(dst, src net.Conn, idle *idleClock, n *atomic.Int64, total prometheus.Counter, limit int64) (more bool, err error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	var armed time.Time
+	var copied int64
+	for {
+		// Deadlines are pushed at most once per idle/16, to keep timer work off the hot path.
+		if now := time.Now(); now.Sub(armed) >= idle.idle/16 {
+			_ = src.SetReadDeadline(now.Add(idle.idle))
+			_ = dst.SetWriteDeadline(now.Add(idle.idle))
+			armed = now
+		}
 		k, err := src.Read(buf)
 		if k > 0 {
-			idle.touch()
+			idle.progress()
 			if _, werr := dst.Write(buf[:k]); werr != nil {
-				fail()
-				return
+				return false, werr
 			}
 			n.Add(int64(k))
 			total.Add(float64(k))
+			copied += int64(k)
 		}
-		if errors.Is(err, io.EOF) {
-			closeWrite(dst)
-			return
+		switch {
+		case errors.Is(err, io.EOF):
+			return false, nil
+		case err == nil:
+			if limit >= 0 && copied >= limit {
+				return true, nil
+			}
+			continue
+		case isTimeout(err) && !idle.expired():
+			armed = time.Time{} // the other direction moved: wait again
+			continue
 		}
-		if err != nil {
-			fail()
-			return
-		}
+		return false, err
 	}
+}
+
+// tcpOf returns the TCP socket under c, or nil. For reading (the source of a copy) only
+// when reading c is reading that socket, with nothing buffered in front of it; writing c
+// always writes the socket.
+func tcpOf(c net.Conn, read bool) *net.TCPConn {
+	switch v := c.(type) {
+	case *net.TCPConn:
+		return v
+	case *headConn:
+		if !read {
+			tc, _ := v.Conn.(*net.TCPConn)
+			return tc
+		}
+		return v.rawTCP()
+	case *checkedConn:
+		return tcpOf(v.Conn, read)
+	}
+	return nil
 }
 
 // closeWrite half-closes c when it can; a connection that cannot stays open until the other
@@ -189,24 +300,30 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-// idleDeadline keeps pushing the deadlines of a tunnel's connections while bytes move in
-// either direction, so a tunnel ends after IdleTimeout without traffic in both.
-type idleDeadline struct {
-	conns []net.Conn
-	idle  time.Duration
-	last  atomic.Int64 // unix nanoseconds of the last push
+// idleClock is when either direction of a tunnel last moved bytes: each direction waits with
+// a deadline and, when it passes, ends the tunnel only if neither direction moved for idle.
+type idleClock struct {
+	idle time.Duration
+	last atomic.Int64 // unix nanoseconds of the last progress
+	// screening is the client while relay's screen reads its first bytes (with a plain
+	// read deadline): progress pushes that deadline, at most once per idle/16 (pushed).
+	screening atomic.Pointer[net.Conn]
+	pushed    atomic.Int64
 }
 
-// touch pushes the deadlines, at most once per idle/16 to keep syscalls off the hot path.
-func (d *idleDeadline) touch() {
-	now := time.Now()
-	if now.UnixNano()-d.last.Load() < int64(d.idle/16) {
-		return
+// progress records that bytes moved now.
+func (c *idleClock) progress() {
+	now := time.Now().UnixNano()
+	c.last.Store(now)
+	if sc := c.screening.Load(); sc != nil && now-c.pushed.Load() >= int64(c.idle/16) {
+		c.pushed.Store(now)
+		_ = (*sc).SetReadDeadline(time.Unix(0, now).Add(c.idle))
 	}
-	d.last.Store(now.UnixNano())
-	for _, c := range d.conns {
-		_ = c.SetDeadline(now.Add(d.idle))
-	}
+}
+
+// expired reports whether no bytes moved for idle.
+func (c *idleClock) expired() bool {
+	return time.Now().UnixNano()-c.last.Load() >= int64(c.idle)
 }
 
 // checkedConn is an upstream connection to an address the guard checked.

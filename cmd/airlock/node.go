@@ -1,13 +1,12 @@
+//go:build !nokube
+
 package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -100,33 +99,4 @@ func (n nodePods) Upsert(p kube.NodePod) error { return n.a.Upsert(nodeagent.Pod
 
 func (n nodePods) Delete(namespace, name string) error {
 	return n.a.Delete(nodeagent.Pod{Namespace: namespace, Name: name}.Sandbox())
-}
-
-func oneLineErr(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
-
-const healthLong = `
-Exit 0 when an HTTP GET of URL (a loopback admin endpoint such as /readyz) answers 200, 1
-otherwise. It is the injected sidecar's exec probe: the admin listener binds loopback only, so
-the kubelet (which probes from the node) cannot reach it with an httpGet probe.`
-
-func healthCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("health", "airlock health URL", healthLong, stderr)
-	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
-	rest, err := fs.parse(args, stdout, true)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 || !strings.HasPrefix(rest[0], "http://127.0.0.1:") && !strings.HasPrefix(rest[0], "http://[::1]:") {
-		return failf("health: want one loopback URL, e.g. http://127.0.0.1:9090/readyz")
-	}
-	client := &http.Client{Timeout: *timeout}
-	resp, err := client.Get(rest[0])
-	if err != nil {
-		return &exitError{code: 1, msg: "health: " + oneLineErr(err)}
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return &exitError{code: 1, msg: fmt.Sprintf("health: %s answered %s", rest[0], resp.Status)}
-	}
-	return nil
 }

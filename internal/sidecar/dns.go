@@ -60,6 +60,7 @@ func (d *dnsComponent) start(context.Context) error {
 		Policy:     s.store,
 		Upstreams:  upstreams,
 		AllowMap:   s.kernel.allowMap(),
+		Answers:    s.answers,
 		LLMAddr:    llm,
 		Audit:      s.audit,
 		Logger:     s.log,

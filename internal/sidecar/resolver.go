@@ -5,51 +5,64 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
+	"time"
 
+	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// newResolver returns the resolver the proxy and the model API use: --upstream-dns, else the
-// policy's dns.upstreams, else the system's (/etc/resolv.conf).
-func newResolver(flagAddr string, pol *policy.Policy) (*net.Resolver, error) {
+// newResolver returns the resolver the proxy and the model API use, over an answer cache
+// the DNS filter also fills: --upstream-dns, else the policy's dns.upstreams, asked through
+// the DNS filter's exchanger so each answer's TTL is known; else the system's resolver
+// (/etc/resolv.conf and /etc/hosts), whose TTLs are unknown, so its answers are kept only
+// for dns.minTTL. Every answer lives at most egress.DefaultMaxCacheTTL, and at least the
+// current policy's dns.minTTL (what the DNS filter hands the sandbox too).
+func newResolver(flagAddr string, pol *policy.Policy, store *policy.Store) (*egress.CachingResolver, *egress.AnswerCache, error) {
 	var upstreams []string
 	switch {
 	case flagAddr == Off:
-		return nil, errors.New("--upstream-dns off: the proxy needs a resolver")
+		return nil, nil, errors.New("--upstream-dns off: the proxy needs a resolver")
 	case flagAddr != "":
 		upstreams = strings.Split(flagAddr, ",")
 	default:
 		upstreams = pol.DNS().Upstreams
 	}
+	cache := egress.NewAnswerCache(egress.CacheConfig{MinTTL: func() time.Duration {
+		if store == nil {
+			return pol.DNS().MinTTL
+		}
+		return store.Current().DNS().MinTTL
+	}})
 	if len(upstreams) == 0 {
-		return &net.Resolver{PreferGo: true}, nil
+		return egress.NewCachingResolver(cache, systemResolver{&net.Resolver{PreferGo: true}}), cache, nil
 	}
 	aps, err := policy.ParseUpstreams(upstreams)
 	if err != nil {
-		return nil, fmt.Errorf("upstream DNS: %w", err)
+		return nil, nil, fmt.Errorf("upstream DNS: %w", err)
 	}
-	addrs := make([]string, len(aps))
-	for i, ap := range aps {
-		addrs[i] = ap.String()
+	l, err := dnsfilter.NewLookup(aps, "", 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("upstream DNS: %w", err)
 	}
-	var d net.Dialer
-	return &net.Resolver{
-		PreferGo: true,
-		// Dial ignores the server the Go resolver picked from resolv.conf and asks ours, in
-		// order, so the sidecar never falls back to a resolver the operator did not name.
-		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var firstErr error
-			for _, u := range addrs {
-				c, err := d.DialContext(ctx, network, u)
-				if err == nil {
-					return c, nil
-				}
-				if firstErr == nil {
-					firstErr = err
-				}
-			}
-			return nil, firstErr
-		},
-	}, nil
+	return egress.NewCachingResolver(cache, l), cache, nil
+}
+
+// systemResolver is the system's resolver as an egress.TTLResolver: its TTLs are unknown (0).
+type systemResolver struct{ r *net.Resolver }
+
+func (s systemResolver) LookupTTL(ctx context.Context, host string, v6 bool) ([]netip.Addr, time.Duration, error) {
+	network := "ip4"
+	if v6 {
+		network = "ip6"
+	}
+	addrs, err := s.r.LookupNetIP(ctx, network, host)
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound && v6 {
+		// A name with IPv4 addresses only: no AAAA is an empty answer, not a failure.
+		return nil, 0, nil
+	}
+	return addrs, 0, err
 }

@@ -45,9 +45,11 @@ type Sidecar struct {
 	audit    *audit.Logger
 	store    *policy.Store
 	reg      *prometheus.Registry
-	resolver *net.Resolver
-	ca       *proxy.CA
-	guard    *egress.Guard
+	resolver *egress.CachingResolver
+	// answers is the resolver's answer cache, which the DNS filter fills too.
+	answers *egress.AnswerCache
+	ca      *proxy.CA
+	guard   *egress.Guard
 	// self is the guard's own-address list: every listener registers into it as it opens,
 	// and the proxy and the model API never dial any of them.
 	self *egress.SelfAddrs
@@ -200,7 +202,7 @@ func (s *Sidecar) shared() error {
 		s.audit.Close()
 		return err
 	}
-	if s.resolver, err = newResolver(s.cfg.UpstreamDNS, pol); err != nil {
+	if s.resolver, s.answers, err = newResolver(s.cfg.UpstreamDNS, pol, s.store); err != nil {
 		s.audit.Close()
 		return err
 	}
