@@ -173,3 +173,29 @@ func TestReferenceHasNoAuditCheck(t *testing.T) {
 		t.Errorf("finish: got problem %q, audit %v; want neither", lg.problem, lg.audit)
 	}
 }
+
+// TestParseAuditCost reads go test -bench output: both variants every round, or invalid.
+func TestParseAuditCost(t *testing.T) {
+	out := `goos: linux
+BenchmarkProxyAudit/off-2         	   40000	     80000 ns/op
+BenchmarkProxyAudit/chained-file-2	   38000	    100000 ns/op
+BenchmarkProxyAudit/off-2         	   40000	     90000 ns/op
+BenchmarkProxyAudit/chained-file-2	   38000	    110000 ns/op
+PASS
+`
+	rep := parseAuditCost(strings.NewReader(out))
+	if rep.err != nil {
+		t.Fatal(rep.err)
+	}
+	if got := rep.nsPerOp["chained-file"]; len(got) != 2 || got[1] != 110000 {
+		t.Errorf("chained-file rounds %v, want [100000 110000]", got)
+	}
+	var b strings.Builder
+	printAuditCostReport(&b, rep)
+	if !strings.Contains(b.String(), "added 20.0 µs/request") {
+		t.Errorf("report:\n%s\nwant the added 20.0 µs/request", b.String())
+	}
+	if rep := parseAuditCost(strings.NewReader("BenchmarkProxyAudit/off-2 10 5 ns/op\n")); rep.err == nil {
+		t.Error("a round without chained-file was accepted")
+	}
+}

@@ -247,6 +247,11 @@ func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int
 	if cfg.tls && runTLSSection(ctx, e, root, stdout) != 0 {
 		code = 1
 	}
+	arep := runAuditCostBench(ctx, e, root)
+	printAuditCostReport(stdout, arep)
+	if arep.err != nil {
+		code = 1
+	}
 	if cfg.dns {
 		rep := runDNSBench(ctx, e, root)
 		printDNSReport(stdout, e, rep)

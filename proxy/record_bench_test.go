@@ -50,6 +50,10 @@ func BenchmarkProxyAudit(b *testing.B) {
 					}
 					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d: a benchmark counts only successful responses", resp.StatusCode)
+						return
+					}
 				}
 			})
 		})
