@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/internal/fakellm"
+	"github.com/airlock-dev/airlock/internal/testnet"
 )
 
 // The official Node SDKs, pinned; installed from the npm registry once into the repository's
@@ -19,54 +20,9 @@ const (
 	nodeAnthropic = "@anthropic-ai/sdk@1.10.0"
 )
 
-// nodeSDKs returns the node_modules directory holding the official SDKs, installing them
-// when missing. It skips when node or npm is not installed, and fails instead where
-// AIRLOCK_PRIVILEGED_TESTS=1 (CI), so CI never passes without the SDKs having run.
-func nodeSDKs(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("AIRLOCK_PRIVILEGED_TESTS") == "1" {
-				t.Fatalf("%s is not installed: the Node SDK tests need it (AIRLOCK_PRIVILEGED_TESTS=1 turns this skip into a failure)", tool)
-			}
-			t.Skipf("%s is not installed: the Node SDK tests need it", tool)
-		}
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".cache", "node-sdk", strings.NewReplacer("@", "", "/", "-").Replace(nodeOpenAI+"_"+nodeAnthropic)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mods := filepath.Join(root, "node_modules")
-	if _, err := os.Stat(filepath.Join(mods, ".airlock-complete")); err == nil {
-		return mods
-	}
-	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(root), "install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", nodeOpenAI, nodeAnthropic)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s %s: %v\n%s", nodeOpenAI, nodeAnthropic, err, out)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "node_modules", ".airlock-complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Another test process may have won the race: keep its copy.
-	if err := os.Rename(tmp, root); err != nil {
-		if _, serr := os.Stat(filepath.Join(mods, ".airlock-complete")); serr != nil {
-			t.Fatalf("install the Node SDKs: %v", err)
-		}
-	}
-	return mods
-}
+// nodeSDKs returns the node_modules directory holding the official SDKs
+// (testnet.NodeModules: installed once, a skip outside CI and a failure in it without node).
+func nodeSDKs(t *testing.T) string { return testnet.NodeModules(t, nodeOpenAI, nodeAnthropic) }
 
 // nodeResult is one call the script made.
 type nodeResult struct {

@@ -8,55 +8,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-dev/airlock/internal/testnet"
 )
 
 // The Node HTTP client, pinned; installed from the npm registry once into the repository's
 // .cache (shared by worktrees, never committed), as llmproxy's Node SDK tests do.
 const nodeUndici = "undici@6.29.1"
 
-// nodeModules returns the node_modules directory holding undici, installing it when missing.
-// It skips when node or npm is missing, and fails instead under AIRLOCK_PRIVILEGED_TESTS=1.
-func nodeModules(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			failOrSkip(t, tool+" is not installed: the Node fetch test needs it")
-		}
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".cache", "node-sdk", strings.ReplaceAll(nodeUndici, "@", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mods := filepath.Join(root, "node_modules")
-	if _, err := os.Stat(filepath.Join(mods, ".airlock-complete")); err == nil {
-		return mods
-	}
-	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(root), "install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", nodeUndici)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", nodeUndici, err, out)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "node_modules", ".airlock-complete"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, root); err != nil { // another test process may have won the race
-		if _, serr := os.Stat(filepath.Join(mods, ".airlock-complete")); serr != nil {
-			t.Fatalf("install %s: %v", nodeUndici, err)
-		}
-	}
-	return mods
-}
+// nodeModules returns the node_modules directory holding undici (testnet.NodeModules).
+func nodeModules(t *testing.T) string { return testnet.NodeModules(t, nodeUndici) }
 
 // TestNodeFetchThroughProxy runs Node's fetch (undici with its ProxyAgent) through an
 // intercepted tunnel: the credential arrives upstream (over HTTP/2 there), and an L7 rule
