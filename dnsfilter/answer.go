@@ -20,6 +20,7 @@ const maxTTL = time.Hour
 type answerAddr struct {
 	addr netip.Addr // unmapped
 	ttl  time.Duration
+	aaaa bool // from an AAAA record (a v4-mapped AAAA unmaps to a v4 address)
 }
 
 // cleanAnswer rewrites an upstream answer in place into what the client may see, and returns
@@ -74,7 +75,8 @@ func cleanAnswer(r *dns.Msg, qname string, qtype uint16, minTTL time.Duration) [
 			if !isAddrQuery || !ok {
 				continue // an address the question did not ask for, or no address at all
 			}
-			addrs = append(addrs, answerAddr{addr: a, ttl: ttlOf(h)})
+			_, aaaa := v.(*dns.AAAA)
+			addrs = append(addrs, answerAddr{addr: a, ttl: ttlOf(h), aaaa: aaaa})
 		case *dns.HTTPS:
 			v.Value = stripHints(v.Value)
 		case *dns.SVCB:

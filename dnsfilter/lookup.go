@@ -69,7 +69,8 @@ func (l *Lookup) LookupTTL(ctx context.Context, host string, v6 bool) ([]netip.A
 	var addrs []netip.Addr
 	ttl := time.Duration(-1)
 	for _, aa := range cleanAnswer(r, host, qtype, 0) {
-		if aa.addr.Is6() == v6 {
+		if aa.aaaa == v6 { // by record type: a v4-mapped AAAA stays in the AAAA answer, unmapped
+
 			addrs = append(addrs, aa.addr)
 		}
 	}

@@ -12,11 +12,12 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestLookupTTL: Lookup returns the addresses of the asked family with the smallest TTL of
+// TestLookupTTL: Lookup returns the addresses of the asked family (by record type) with the smallest TTL of
 // the chain, a NODATA answer with its SOA's negative TTL, and a missing name as an error.
 func TestLookupTTL(t *testing.T) {
 	u := startUpstream(t)
 	u.setA("svc.test", 120, "198.18.0.10", "198.18.0.11", "2001:db8::10")
+	u.setA("mapped.test", 90, "::ffff:127.0.0.1") // an AAAA record of a v4-mapped address
 	u.set("alias.test", func(req *dns.Msg, _ string, _ int) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetReply(req)
@@ -45,6 +46,10 @@ func TestLookupTTL(t *testing.T) {
 		{"svc.test", true, []netip.Addr{netip.MustParseAddr("2001:db8::10")}, 120 * time.Second},
 		{"alias.test", false, []netip.Addr{netip.MustParseAddr("198.18.0.10")}, 30 * time.Second},
 		{"alias.test", true, nil, 45 * time.Second}, // NODATA: min(SOA TTL 60, MINIMUM 45)
+		// The family is the record's: the mapped AAAA is the AAAA answer (unmapped, so the
+		// guard sees loopback), never dropped as "not v6" nor moved into the A answer.
+		{"mapped.test", true, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 90 * time.Second},
+		{"mapped.test", false, nil, 0},
 	} {
 		got, ttl, err := l.LookupTTL(ctx, tc.name, tc.v6)
 		if err != nil || !slices.Equal(got, tc.want) || ttl != tc.ttl {
