@@ -48,8 +48,9 @@ type stats struct {
 	first, last time.Time
 }
 
-func (s *stats) add(at time.Time) {
-	s.count++
+// add counts n events seen at at.
+func (s *stats) add(at time.Time, n int) {
+	s.count += n
 	if !at.IsZero() && (s.first.IsZero() || at.Before(s.first)) {
 		s.first = at
 	}
@@ -156,17 +157,17 @@ func (l *learner) observe(e audit.Event) {
 	switch e.Kind {
 	case audit.KindHTTP, audit.KindConnect:
 	case audit.KindDNS:
-		l.all.add(e.Time)
+		l.all.add(e.Time, weight(e))
 		l.observeDNS(e)
 		return
 	default:
 		l.ignored[e.Kind]++
 		return
 	}
-	l.all.add(e.Time)
+	l.all.add(e.Time, weight(e))
 	h, port, why := classify(e)
 	if why != "" {
-		l.noteOut(l.leftOut, e.Destination, why, e.Time)
+		l.noteOut(l.leftOut, e.Destination, why, e)
 		return
 	}
 	if l.opt.Parent != nil {
@@ -175,19 +176,19 @@ func (l *learner) observe(e audit.Event) {
 			if e.Kind == audit.KindHTTP {
 				key = fmt.Sprintf("%s %s%s", e.Method, e.Destination, e.Path)
 			}
-			l.noteOut(l.parentNo, key, fmt.Sprintf("%s: %s", d.Reason, d.Detail), e.Time)
+			l.noteOut(l.parentNo, key, fmt.Sprintf("%s: %s", d.Reason, d.Detail), e)
 			return
 		} else if e.Kind == audit.KindConnect {
 			l.host(h).parentRule = d.Rule
 		}
 	}
 	t := l.host(h)
-	t.all.add(e.Time)
+	t.all.add(e.Time, weight(e))
 	t.ports[port] = true
 	if e.Kind == audit.KindConnect {
-		t.tunnels++
+		t.tunnels += weight(e)
 		if e.Client == "" || !l.intercept[e.Client+" "+e.Destination] {
-			t.passthrough++
+			t.passthrough += weight(e)
 		}
 		return
 	}
@@ -204,7 +205,7 @@ func (l *learner) observe(e audit.Event) {
 	if byPath[path] == nil {
 		byPath[path] = &stats{}
 	}
-	byPath[path].add(e.Time)
+	byPath[path].add(e.Time, weight(e))
 }
 
 // host returns the traffic record of h, creating it.
@@ -217,13 +218,14 @@ func (l *learner) host(h policy.Host) *hostTraffic {
 	return t
 }
 
-func (l *learner) noteOut(m map[string]*note, key, why string, at time.Time) {
+// noteOut records that e (key) was left out of the candidate, and why.
+func (l *learner) noteOut(m map[string]*note, key, why string, e audit.Event) {
 	n := m[key+"\x00"+why]
 	if n == nil {
 		n = &note{key: key, why: why}
 		m[key+"\x00"+why] = n
 	}
-	n.stats.add(at)
+	n.stats.add(e.Time, weight(e))
 }
 
 // observeDNS records a name the sandbox looked up (kept only if no connection to it shows).
@@ -241,7 +243,7 @@ func (l *learner) observeDNS(e audit.Event) {
 		s = &stats{}
 		l.dnsOnly[h.Name] = s
 	}
-	s.add(e.Time)
+	s.add(e.Time, weight(e))
 }
 
 // parentDecision decides e under the parent as enforce would.

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -70,7 +70,7 @@ func (l *learner) fit(r *learnedRule) bool {
 		}
 	}
 	msg := strings.ReplaceAll(strings.TrimSpace(first.Error()), "\n", "; ")
-	l.noteOut(l.parentNo, r.t.host.Name, "no rule fits under the parent: "+msg, time.Time{})
+	l.noteOut(l.parentNo, r.t.host.Name, "no rule fits under the parent: "+msg, audit.Event{})
 	return false
 }
 

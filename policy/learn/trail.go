@@ -9,7 +9,8 @@ import (
 
 // ReadTrail reads an audit trail (an --audit-log file, or the sidecar's stderr, where audit
 // lines sit among log lines) named name, and returns its events with where each was read
-// ("name:line"). Errors name the file and line (audit.Read).
+// ("name:line"). Errors name the file and line (audit.Read, which reads each request once:
+// decision-phase events are skipped for the canonical event that follows them).
 func ReadTrail(r io.Reader, name string) ([]Recorded, error) {
 	var out []Recorded
 	err := audit.Read(r, name, func(e audit.Event, line int) error {
@@ -17,4 +18,9 @@ func ReadTrail(r io.Reader, name string) ([]Recorded, error) {
 		return nil
 	})
 	return out, err
+}
+
+// weight is how many events e stands for: a flood summary's count (audit.Event.Count), else 1.
+func weight(e audit.Event) int {
+	return max(int(e.Count), 1)
 }
