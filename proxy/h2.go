@@ -40,7 +40,10 @@ func (p *Proxy) serveH2(conn net.Conn, h http.Handler) {
 	stop := p.active.onDrain(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // only the shutdown hooks (GOAWAY) are wanted: srv has no listener of its own
-		_ = srv.Shutdown(ctx)
+		// In its own goroutine: Shutdown waits for Serve to return, i.e. for the connection
+		// to close, which a long stream (a WebSocket, a gRPC stream) may not do before the
+		// Shutdown of the proxy stops waiting and closes it.
+		go func() { _ = srv.Shutdown(ctx) }()
 	})
 	defer stop()
 	p.serveConn(srv, conn)

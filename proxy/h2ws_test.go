@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -20,6 +23,10 @@ import (
 // and coder/websocket speaks WebSocket over HTTP/1.1 only.
 type h2wsClient struct {
 	t        *testing.T
+	host     string // the :authority of every stream
+	goaway   bool   // the server sent GOAWAY
+	closed   bool   // the connection ended; with mayClose set, readFrame records it
+	mayClose bool
 	conn     *tls.Conn
 	fr       *http2.Framer
 	hbuf     bytes.Buffer
@@ -43,7 +50,7 @@ func dialH2WS(t *testing.T, h *streamHarness, host string) *h2wsClient {
 		t.Fatalf("TLS in the tunnel: %v, ALPN %q; want h2", err, tc.ConnectionState().NegotiatedProtocol)
 	}
 	_ = tc.SetDeadline(time.Now().Add(waitTimeout))
-	cl := &h2wsClient{t: t, conn: tc, fr: http2.NewFramer(tc, tc), next: 1, settings: map[http2.SettingID]uint32{},
+	cl := &h2wsClient{t: t, host: host, conn: tc, fr: http2.NewFramer(tc, tc), next: 1, settings: map[http2.SettingID]uint32{},
 		data: map[uint32]*bytes.Buffer{}, ended: map[uint32]bool{}, heads: map[uint32][]hpack.HeaderField{}}
 	cl.enc = hpack.NewEncoder(&cl.hbuf)
 	cl.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -63,6 +70,13 @@ func dialH2WS(t *testing.T, h *streamHarness, host string) *h2wsClient {
 func (c *h2wsClient) readFrame() {
 	c.t.Helper()
 	f, err := c.fr.ReadFrame()
+	if err != nil && c.mayClose && errors.Is(err, io.EOF) {
+		c.closed = true
+		for id := uint32(1); id < c.next; id += 2 {
+			c.ended[id] = true
+		}
+		return
+	}
 	if err != nil {
 		c.t.Fatalf("read frame: %v", err)
 	}
@@ -93,7 +107,7 @@ func (c *h2wsClient) readFrame() {
 	case *http2.RSTStreamFrame:
 		c.ended[id] = true
 	case *http2.GoAwayFrame:
-		c.t.Fatalf("server sent GOAWAY: %v", f.ErrCode)
+		c.goaway = true
 	}
 }
 
@@ -105,7 +119,7 @@ func (c *h2wsClient) open(path, proto string) (uint32, string) {
 	c.next += 2
 	c.hbuf.Reset()
 	for _, kv := range [][2]string{{":method", "CONNECT"}, {":protocol", proto}, {":scheme", "https"},
-		{":path", path}, {":authority", "api.test"}, {"sec-websocket-version", "13"}} {
+		{":path", path}, {":authority", c.host}, {"sec-websocket-version", "13"}} {
 		_ = c.enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
 	}
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
@@ -125,13 +139,19 @@ func (c *h2wsClient) open(path, proto string) (uint32, string) {
 // body reads a stream's DATA until the stream ends.
 func (c *h2wsClient) body(id uint32) string {
 	c.t.Helper()
-	for !c.ended[id] {
-		c.readFrame()
-	}
+	c.waitEnd(id)
 	if c.data[id] == nil {
 		return ""
 	}
 	return c.data[id].String()
+}
+
+// waitEnd reads frames until the server ends stream id.
+func (c *h2wsClient) waitEnd(id uint32) {
+	c.t.Helper()
+	for !c.ended[id] {
+		c.readFrame()
+	}
 }
 
 // send sends a masked, unfragmented WebSocket frame on stream id (encoded here, not with the
@@ -237,5 +257,83 @@ func TestWebSocketOverHTTP2(t *testing.T) {
 		for _, ev := range h.log.wait(t, 1) {
 			found = found || (ev["kind"] == "http" && ev["path"] == "/ws/echo" && ev["method"] == "GET" && ev["status"] == float64(101))
 		}
+	}
+}
+
+// TestWebSocketOverHTTP2Refusals checks the HTTP/1.1 rules hold over HTTP/2: a placeholder
+// where the rule does not allow it in bodies ends the WebSocket with Close 1008 and never
+// reaches the upstream, and an upstream 101 without a valid Sec-WebSocket-Accept is not
+// relayed (the stream gets 502, never 200).
+func TestWebSocketOverHTTP2Refusals(t *testing.T) {
+	t.Run("placeholder refused", func(t *testing.T) {
+		h := newStreamHarness(t)
+		s := &seen{}
+		h.route(addrPlain, 443, h.upstream.tlsServer(t, wsEcho(s), "plain.test"))
+		c := dialH2WS(t, h, "plain.test")
+		ws, status := c.open("/ws/echo", "websocket")
+		if status != "200" {
+			t.Fatalf("got %s, want 200", status)
+		}
+		c.send(ws, wsText, "key="+h.ph.For("tok"))
+		op, payload := c.recv(ws)
+		if op != wsClose || len(payload) < 2 || binary.BigEndian.Uint16([]byte(payload)) != 1008 {
+			t.Fatalf("got op %d %q, want Close 1008", op, payload)
+		}
+		c.waitEnd(ws)
+		if _, _, msgs := s.snapshot(); len(msgs) != 0 {
+			t.Fatalf("the upstream got %q", msgs)
+		}
+		s.checkInjected(t, 1)
+	})
+	t.Run("101 without a valid accept", func(t *testing.T) {
+		h := newStreamHarness(t)
+		s := &seen{}
+		h.route(addrAPI, 443, h.upstream.tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.add(r.Header.Get("Authorization"), r.Proto, "bad-accept")
+			w.Header().Set("Upgrade", "websocket")
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Sec-WebSocket-Accept", "bm90IHRoZSByaWdodCBhY2NlcHQ=")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+		}), "api.test"))
+		c := dialH2WS(t, h, "api.test")
+		ws, status := c.open("/ws/echo", "websocket")
+		if body := c.body(ws); status != "502" || deniedJSON(t, body).Reason != "upgrade_unsupported" {
+			t.Fatalf("got %s %s, want 502 upgrade_unsupported", status, body)
+		}
+		s.checkInjected(t, 1)
+	})
+}
+
+// TestWebSocketOverHTTP2Ends checks a relayed HTTP/2 WebSocket stream ends when the relay
+// idles out (the stream alone), and when Shutdown stops waiting for it (the connection).
+func TestWebSocketOverHTTP2Ends(t *testing.T) {
+	for _, name := range []string{"idle", "shutdown"} {
+		t.Run(name, func(t *testing.T) {
+			idle := time.Duration(waitTimeout) // the stream must end for Shutdown, not idleness
+			if name == "idle" {
+				idle = 300 * time.Millisecond
+			}
+			h := newStreamHarness(t, func(c *Config) { c.IdleTimeout = idle })
+			s := &seen{}
+			h.route(addrAPI, 443, h.upstream.tlsServer(t, wsEcho(s), "api.test"))
+			c := dialH2WS(t, h, "api.test")
+			ws, status := c.open("/ws/echo", "websocket")
+			if status != "200" {
+				t.Fatalf("got %s, want 200", status)
+			}
+			c.send(ws, wsText, "ping")
+			if _, got := c.recv(ws); got != "ping" {
+				t.Fatalf("echo got %q", got)
+			}
+			if name == "shutdown" {
+				short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				if err := h.p.Shutdown(short); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Shutdown returned %v, want it to wait for the open WebSocket until ctx ends", err)
+				}
+				c.mayClose = true // the proxy closes the connection when Shutdown stops waiting
+			}
+			c.waitEnd(ws)
+		})
 	}
 }
