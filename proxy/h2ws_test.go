@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -335,5 +336,25 @@ func TestWebSocketOverHTTP2Ends(t *testing.T) {
 			}
 			c.waitEnd(ws)
 		})
+	}
+}
+
+// TestExplicitListenerNoHTTP2 checks extended CONNECT is offered only where HTTP/2 is: the
+// explicit listener speaks HTTP/1.1 only, so an HTTP/2 client preface gets an HTTP/1.1 error
+// instead of a SETTINGS frame.
+func TestExplicitListenerNoHTTP2(t *testing.T) {
+	h := newStreamHarness(t)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(io.LimitReader(c, 9))
+	if !strings.HasPrefix(string(got), "HTTP/1.1 ") {
+		t.Fatalf("the explicit listener answered an HTTP/2 preface with %q, want an HTTP/1.1 response", got)
 	}
 }
