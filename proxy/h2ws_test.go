@@ -39,8 +39,9 @@ type h2wsClient struct {
 	heads    map[uint32][]hpack.HeaderField // response headers per stream
 }
 
-// dialH2WS opens an intercepted tunnel to host:443, negotiates h2 and exchanges SETTINGS.
-func dialH2WS(t *testing.T, h *streamHarness, host string) *h2wsClient {
+// dialH2WS opens an intercepted tunnel to host:443, negotiates h2 and exchanges SETTINGS
+// (the client's are settings).
+func dialH2WS(t *testing.T, h *streamHarness, host string, settings ...http2.Setting) *h2wsClient {
 	t.Helper()
 	c, resp := h.connect(host + ":443")
 	if resp.StatusCode != 200 {
@@ -58,7 +59,7 @@ func dialH2WS(t *testing.T, h *streamHarness, host string) *h2wsClient {
 	if _, err := io.WriteString(tc, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.fr.WriteSettings(); err != nil {
+	if err := cl.fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
 	for len(cl.settings) == 0 {
@@ -337,6 +338,22 @@ func TestWebSocketOverHTTP2Ends(t *testing.T) {
 			c.waitEnd(ws)
 		})
 	}
+	// A client that reads nothing (a zero window) holds the relay's write to it; the idle
+	// close must still end the stream (reset) rather than wait for that write forever.
+	t.Run("blocked write", func(t *testing.T) {
+		h := newStreamHarness(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+		h.route(addrAPI, 443, h.upstream.tlsServer(t, wsEcho(&seen{}), "api.test"))
+		c := dialH2WS(t, h, "api.test", http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		ws, status := c.open("/ws/echo", "websocket")
+		if status != "200" {
+			t.Fatalf("got %s, want 200", status)
+		}
+		c.send(ws, wsText, "stuck")
+		c.waitEnd(ws)
+		if c.data[ws] != nil && c.data[ws].Len() > 0 {
+			t.Fatalf("got %q through a zero window", c.data[ws])
+		}
+	})
 }
 
 // TestExplicitListenerNoHTTP2 checks extended CONNECT is offered only where HTTP/2 is: the
