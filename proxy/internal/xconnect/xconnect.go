@@ -34,14 +34,21 @@ var (
 )
 
 func init() {
-	if strings.Contains(orig, setting+"=") {
-		return // the operator chose
+	if v, ok := with(orig); ok {
+		changed = os.Setenv("GODEBUG", v) == nil
 	}
-	v := setting + "=1"
-	if orig != "" {
-		v = orig + "," + v
+}
+
+// with returns the GODEBUG value godebug with http2xconnect=1 added, or false when godebug
+// already sets http2xconnect (the operator chose).
+func with(godebug string) (string, bool) {
+	if strings.Contains(godebug, setting+"=") {
+		return "", false
 	}
-	changed = os.Setenv("GODEBUG", v) == nil
+	if godebug == "" {
+		return setting + "=1", true
+	}
+	return godebug + "," + setting + "=1", true
 }
 
 // Restore puts the GODEBUG environment back as it was before this package's init. Call it
