@@ -118,7 +118,11 @@ func (f *floods) flush(k floodKey) {
 	f.mu.Unlock()
 	ev := g.first
 	ev.Count = g.count
-	ev.Detail = fmt.Sprintf("%d denials in a flood, summarised (the first: %s)", g.count, g.first.Detail)
+	noun := "denials"
+	if g.count == 1 {
+		noun = "denial"
+	}
+	ev.Detail = fmt.Sprintf("%d %s in a flood, summarised (the first: %s)", g.count, noun, g.first.Detail)
 	g.err = f.l.Commit(ev)
 	close(g.done)
 }
