@@ -10,13 +10,14 @@ package proxy
 // host than the tunnel's (host_mismatch), as it does a Host header in HTTP/1.1. The
 // upstream side negotiates HTTP/2 or HTTP/1.1 on its own (upstreams, ForceAttemptHTTP2).
 //
-// CONNECT inside a stream is refused, RFC 8441 extended CONNECT (WebSocket over HTTP/2)
-// included: the server does not advertise SETTINGS_ENABLE_CONNECT_PROTOCOL, so WebSocket
-// clients open an HTTP/1.1 connection for the upgrade (websocket.go).
+// CONNECT inside a stream is refused, except RFC 8441 extended CONNECT with :protocol
+// websocket (WebSocket over HTTP/2, h2ws.go): the server advertises
+// SETTINGS_ENABLE_CONNECT_PROTOCOL, and another :protocol is refused.
 
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -39,25 +40,36 @@ func (p *Proxy) serveH2(conn net.Conn, h http.Handler) {
 	stop := p.active.onDrain(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // only the shutdown hooks (GOAWAY) are wanted: srv has no listener of its own
-		_ = srv.Shutdown(ctx)
+		// In its own goroutine: Shutdown waits for Serve to return, i.e. for the connection
+		// to close, which a long stream (a WebSocket, a gRPC stream) may not do before the
+		// Shutdown of the proxy stops waiting and closes it.
+		go func() { _ = srv.Shutdown(ctx) }()
 	})
 	defer stop()
 	p.serveConn(srv, conn)
 }
 
-// h2Handler is the handler of an intercepted tunnel's HTTP/2 streams: h, except that a
-// CONNECT stream is refused (upgrade_unsupported): it cannot be hijacked, and a tunnel in a
-// stream would carry bytes no rule looked at.
+// h2Handler is the handler of an intercepted tunnel's HTTP/2 streams: h, except for
+// CONNECT. An extended CONNECT for WebSocket is relayed as an upgrade (h2WebSocket); any
+// other CONNECT stream is refused (upgrade_unsupported): a tunnel in a stream would carry
+// bytes no rule looked at.
 func (p *Proxy) h2Handler(t *tunnel, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodConnect {
+		switch {
+		case r.Method != http.MethodConnect:
 			h.ServeHTTP(w, r)
 			return
+		case isWebSocketProtocol(r):
+			p.h2WebSocket(w, r, h)
+			return
+		}
+		detail := "CONNECT in an HTTP/2 stream is not relayed"
+		if proto := r.Header.Get(":protocol"); proto != "" {
+			detail = fmt.Sprintf("extended CONNECT for %q is not relayed; only websocket is", proto)
 		}
 		o := &origin{client: t.client, hostHeader: r.Host, headKnown: true, ups: t.ups, tunnel: t}
 		p.refuseRequest(w, r, o, policy.Decision{Reason: policy.ReasonUpgradeUnsupported, Rule: t.d.Rule,
-			Host: t.host, Port: t.port,
-			Detail: "CONNECT in an HTTP/2 stream (RFC 8441 WebSocket included) is not relayed; use WebSocket over HTTP/1.1"})
+			Host: t.host, Port: t.port, Detail: detail})
 	})
 }
 
