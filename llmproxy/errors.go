@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlock-dev/airlock/llmproxy/translate"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -68,27 +69,6 @@ type apiError struct {
 	final bool
 }
 
-// anthropicErrorType maps a status to the Anthropic error type of that status.
-func anthropicErrorType(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return "invalid_request_error"
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusForbidden:
-		return "permission_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case 529:
-		return "overloaded_error"
-	}
-	return "api_error"
-}
-
 // write answers e in the family's format: OpenAI {"error":{message,type,param,code}},
 // Anthropic {"type":"error","error":{type,message}}.
 func (e *apiError) write(w http.ResponseWriter, f family) {
@@ -112,7 +92,7 @@ func (e *apiError) write(w http.ResponseWriter, f family) {
 func (e *apiError) body(f family) []byte {
 	var v any
 	if f == familyAnthropic {
-		v = map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(e.status), "message": e.message}}
+		v = map[string]any{"type": "error", "error": map[string]any{"type": translate.AnthropicErrorType(e.status), "message": e.message}}
 	} else {
 		var param any
 		if e.param != "" {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/airlock-dev/airlock/llmproxy/translate"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -100,7 +101,7 @@ func streamErrorEvent(ep endpoint, e *apiError) []byte {
 	case epMessages:
 		b = append(b, "event: error\ndata: "...)
 		body, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{
-			"type": anthropicErrorType(e.status), "message": e.message}})
+			"type": translate.AnthropicErrorType(e.status), "message": e.message}})
 		b = append(b, body...)
 	case epResponses:
 		b = append(b, "event: error\ndata: "...)

@@ -36,7 +36,7 @@ func anthropicErrorFromChat(raw json.RawMessage, status int) []byte {
 	if json.Unmarshal(raw, &e) != nil {
 		_ = json.Unmarshal(raw, &e.Message)
 	}
-	typ := anthropicTypeFor(status)
+	typ := AnthropicErrorType(status)
 	if status == 0 {
 		typ = map[string]string{"invalid_request_error": "invalid_request_error", "authentication_error": "authentication_error",
 			"permission_error": "permission_error", "not_found_error": "not_found_error", "rate_limit_error": "rate_limit_error",
@@ -48,8 +48,9 @@ func anthropicErrorFromChat(raw json.RawMessage, status int) []byte {
 	return marshal(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": e.Message}})
 }
 
-// anthropicTypeFor maps a status to Anthropic's error type of that status.
-func anthropicTypeFor(status int) string {
+// AnthropicErrorType maps an HTTP status to Anthropic's error type of that status
+// ("rate_limit_error" for 429, "api_error" for a status Anthropic gives no type of its own).
+func AnthropicErrorType(status int) string {
 	switch status {
 	case http.StatusBadRequest:
 		return "invalid_request_error"
