@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -117,13 +116,6 @@ func runLLMBench(ctx context.Context, e *env, root string) (rep llmReport) {
 
 // startAirlockLLM starts airlock with a policy that routes bench-model to the fake provider.
 func startAirlockLLM(ctx context.Context, e *env, dir, provAddr string) (*proc, string, error) {
-	bin := e.airlockBin
-	if bin == "" {
-		var err error
-		if bin, err = airlockBinary(ctx, e, dir); err != nil {
-			return nil, "", err
-		}
-	}
 	policy := fmt.Sprintf(`apiVersion: airlock/v1
 kind: EgressPolicy
 metadata: {name: bench-llm}
@@ -137,38 +129,7 @@ spec:
       - {name: bench-model, provider: openai, upstreamModel: gpt-4o-mini, price: {inputPerMTok: 0.15, outputPerMTok: 0.6}}
     budget: {tokens: 1000000000000}
 `, provAddr)
-	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(policy), 0o644); err != nil {
-		return nil, "", err
-	}
-	var addrs [3]string
-	for i := range addrs {
-		a, err := freeAddr()
-		if err != nil {
-			return nil, "", err
-		}
-		addrs[i] = a
-	}
-	args := []string{"run", "--policy", policyPath, "--proxy-addr", addrs[0], "--admin-addr", addrs[1],
-		"--llm-addr", addrs[2], "--state-dir", filepath.Join(dir, "state"), "--audit-log", filepath.Join(dir, "audit.jsonl"),
-		"--sandbox", "bench-llm", "--transparent-addr", "off", "--dns-addr", "off", "--upstream-dns", "127.0.0.1:53"}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	for _, kv := range withoutProxyEnv(os.Environ()) {
-		if !strings.HasPrefix(kv, "AIRLOCK_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "BENCH_LLM_KEY="+llmBenchKey)
-	p, err := startProc("airlock-llm", cmd, filepath.Join(dir, "airlock.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	if err := waitReady(ctx, p, 30*time.Second, dialCheck(addrs[2])); err != nil {
-		p.stop()
-		return nil, "", err
-	}
-	return p, addrs[2], nil
+	return startAirlockModelAPI(ctx, e, dir, "bench-llm", policy)
 }
 
 // llmRun runs one load against base for d and returns the latencies (or times to first

@@ -96,7 +96,7 @@ spec:
       - {name: bench-claude, provider: anthropic, upstreamModel: claude-bench, price: {inputPerMTok: 3, outputPerMTok: 15}}
     budget: {tokens: 1000000000000}
 `, provAddr)
-	al, llmAddr, err := startAirlockTranslate(ctx, e, dir, policy)
+	al, llmAddr, err := startAirlockModelAPI(ctx, e, dir, "bench-translate", policy)
 	if err != nil {
 		return translateReport{err: err}
 	}
@@ -125,9 +125,10 @@ spec:
 	return rep
 }
 
-// startAirlockTranslate starts airlock's model API with policy; it returns the process and the
-// --llm-addr.
-func startAirlockTranslate(ctx context.Context, e *env, dir, policy string) (*proc, string, error) {
+// startAirlockModelAPI starts airlock's model API with policy (audit events under sandbox
+// name sandbox); it returns the process and the --llm-addr. The LLM and translation legs
+// share it.
+func startAirlockModelAPI(ctx context.Context, e *env, dir, sandbox, policy string) (*proc, string, error) {
 	bin := e.airlockBin
 	if bin == "" {
 		var err error
@@ -149,7 +150,7 @@ func startAirlockTranslate(ctx context.Context, e *env, dir, policy string) (*pr
 	}
 	cmd := exec.Command(bin, "run", "--policy", policyPath, "--proxy-addr", addrs[0], "--admin-addr", addrs[1],
 		"--llm-addr", addrs[2], "--state-dir", filepath.Join(dir, "state"), "--audit-log", filepath.Join(dir, "audit.jsonl"),
-		"--sandbox", "bench-translate", "--transparent-addr", "off", "--dns-addr", "off", "--upstream-dns", "127.0.0.1:53")
+		"--sandbox", sandbox, "--transparent-addr", "off", "--dns-addr", "off", "--upstream-dns", "127.0.0.1:53")
 	cmd.Dir = dir
 	for _, kv := range withoutProxyEnv(os.Environ()) {
 		if !strings.HasPrefix(kv, "AIRLOCK_") {
@@ -157,7 +158,7 @@ func startAirlockTranslate(ctx context.Context, e *env, dir, policy string) (*pr
 		}
 	}
 	cmd.Env = append(cmd.Env, "BENCH_LLM_KEY="+llmBenchKey)
-	p, err := startProc("airlock-translate", cmd, filepath.Join(dir, "airlock.log"))
+	p, err := startProc(sandbox, cmd, filepath.Join(dir, "airlock.log"))
 	if err != nil {
 		return nil, "", err
 	}
