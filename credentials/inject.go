@@ -298,7 +298,9 @@ func (b *Broker) event(r *http.Request, d policy.Decision, decision string) audi
 // headers, its body and its trailers before they reach the sandbox. The body is scrubbed as
 // the sandbox will read it: every Content-Encoding the broker knows (gzip, deflate, br, zstd,
 // up to three stacked) is decoded first and the body goes on in identity encoding, without
-// Content-Length (its length changes). A body in an encoding it cannot decode is scrubbed as
+// Content-Length (its length changes). A body already in identity encoding with a known
+// length keeps its Content-Length: its secrets are masked with '*' of the same length, as
+// gRPC and WebSocket messages are. A body in an encoding it cannot decode is scrubbed as
 // is when injected is false; when the request carried an injected secret (injected true),
 // FilterResponse closes it and returns a *RefusalError wrapping ErrUndecodable instead.
 // A gRPC body keeps its framing: each message is masked (same length) instead (messages.go).
@@ -318,8 +320,15 @@ func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Respo
 			encoding: strings.ToLower(resp.Header.Get("Grpc-Encoding"))}
 		return resp, nil
 	}
+	codings := contentCodings(resp.Header)
+	if len(codings) == 0 && resp.ContentLength >= 0 && len(resp.Trailer) == 0 {
+		// Identity encoding with a known length: mask (same length) so Content-Length stays
+		// true and the client gets one framed response instead of a chunked one.
+		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().Reader(io.NopCloser(raw)), raw: raw, resp: resp, red: b.red}
+		return resp, nil
+	}
 	var dec io.ReadCloser = io.NopCloser(raw)
-	if codings := contentCodings(resp.Header); len(codings) > 0 {
+	if len(codings) > 0 {
 		d, err := decodeBody(raw, codings)
 		switch {
 		case err != nil && injected:
