@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -102,6 +103,41 @@ type swapper struct {
 }
 
 func (b *Broker) swapper(values map[string]string) swapper {
+	key := swapperKey(values)
+	b.swapMu.Lock()
+	sw, ok := b.swaps[key]
+	b.swapMu.Unlock()
+	if ok {
+		return sw
+	}
+	sw = b.newSwapper(values)
+	b.swapMu.Lock()
+	if b.swaps == nil || len(b.swaps) >= maxSwappers {
+		b.swaps = make(map[string]swapper) // rotations past the bound: start again
+	}
+	b.swaps[key] = sw
+	b.swapMu.Unlock()
+	return sw
+}
+
+// maxSwappers bounds Broker.swaps.
+const maxSwappers = 64
+
+// swapperKey identifies a set of bound values: names in order, each with its value.
+func swapperKey(values map[string]string) string {
+	names := slices.Sorted(maps.Keys(values))
+	var k strings.Builder
+	for _, n := range names {
+		k.WriteString(n)
+		k.WriteByte(0)
+		k.WriteString(values[n])
+		k.WriteByte(0)
+	}
+	return k.String()
+}
+
+// newSwapper builds the swapper of values.
+func (b *Broker) newSwapper(values map[string]string) swapper {
 	var raw, query []pattern
 	if b.cfg.Placeholders != nil {
 		for name, v := range values {

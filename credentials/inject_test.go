@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -274,5 +275,27 @@ func TestInjectBasic(t *testing.T) {
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
 	if got := h.b.Redactor().String("echo " + tok); got != "echo "+Redacted {
 		t.Fatalf("redacted echo: got %q", got)
+	}
+}
+
+// TestSwapperFollowsValues: the memoised swapper of a value set is never used for another
+// (a rotated secret swaps in its new value), and the memo stays bounded.
+func TestSwapperFollowsValues(t *testing.T) {
+	h := newHarness(t)
+	ph := h.ph.For("tok")
+	for _, v := range []string{"first-value", "second-value", "first-value"} {
+		got := mustString(h.b.swapper(map[string]string{"tok": v}).raw, "Bearer "+ph)
+		if got != "Bearer "+v {
+			t.Fatalf("swapped %q, want the value %q", got, v)
+		}
+	}
+	for i := range 3 * maxSwappers {
+		h.b.swapper(map[string]string{"tok": fmt.Sprintf("value-%d", i)})
+	}
+	h.b.swapMu.Lock()
+	n := len(h.b.swaps)
+	h.b.swapMu.Unlock()
+	if n > maxSwappers {
+		t.Fatalf("%d swappers remembered, want at most %d", n, maxSwappers)
 	}
 }
