@@ -66,3 +66,10 @@ func TestKubeCreateErrors(t *testing.T) {
 		t.Errorf("no image: %v", err)
 	}
 }
+
+// kubeflags.go, built into the sidecar build too, cannot import sandbox/kube for its default.
+func TestDefaultPolicyKeyIsKubes(t *testing.T) {
+	if defaultPolicyKey != kube.DefaultPolicyKey {
+		t.Errorf("defaultPolicyKey %q, want sandbox/kube's %q", defaultPolicyKey, kube.DefaultPolicyKey)
+	}
+}

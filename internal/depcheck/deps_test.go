@@ -19,9 +19,14 @@ type pkg struct {
 	Deps       []string
 }
 
-func listPackages(t *testing.T) []pkg {
+// listPackages lists the module's packages as built with the given build tags ("" for the
+// default build; -tags on the command line overrides any in $GOFLAGS).
+func listPackages(t *testing.T, tags string, patterns ...string) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json", module+"/...")
+	if len(patterns) == 0 {
+		patterns = []string{module + "/..."}
+	}
+	cmd := exec.Command("go", append([]string{"list", "-json", "-tags=" + tags}, patterns...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +130,43 @@ var heavies = []heavy{
 	{"k8s.io/client-go/kubernetes", []string{"sandbox/kube/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 
+// buildTags are the builds of the module: the default one (airlock, the sidecar) and the kube
+// one (airlock-kube, with the Kubernetes commands).
+var buildTags = []string{"", "kube"}
+
 func TestDependencyRules(t *testing.T) {
-	for _, p := range listPackages(t) {
+	for _, tags := range buildTags {
+		t.Run("tags="+tags, func(t *testing.T) { checkRules(t, listPackages(t, tags)) })
+	}
+}
+
+// The sidecar build must not link the Kubernetes client: Go initialises every linked package
+// at every start, and these fault in about 6 MiB of the binary in every injected sidecar.
+// Only the kube build (airlock-kube) has them.
+func TestSidecarBuildLinksNoKubernetes(t *testing.T) {
+	kubePrefixes := []string{"k8s.io/", "sigs.k8s.io/", module + "/sandbox/kube"}
+	linked := func(tags string) []string {
+		var out []string
+		for _, p := range listPackages(t, tags, module+"/cmd/airlock") {
+			for _, d := range p.Deps {
+				if slices.ContainsFunc(kubePrefixes, func(pre string) bool { return strings.HasPrefix(d, pre) }) {
+					out = append(out, d)
+				}
+			}
+		}
+		return out
+	}
+	if got := linked(""); len(got) > 0 {
+		t.Errorf("the default build of cmd/airlock (the sidecar) links %s: the Kubernetes commands belong in files built with -tags kube", strings.Join(got, ", "))
+	}
+	if got := linked("kube"); !slices.Contains(got, module+"/sandbox/kube") {
+		t.Errorf("cmd/airlock built with -tags kube does not link sandbox/kube (links %v): the check above proves nothing", got)
+	}
+}
+
+func checkRules(t *testing.T, pkgs []pkg) {
+	t.Helper()
+	for _, p := range pkgs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		for _, imp := range p.Imports {
 			checkHeavy(t, rel, imp)
