@@ -17,6 +17,8 @@ type pkg struct {
 	ImportPath string
 	Imports    []string
 	Deps       []string
+	// The files the build compiles.
+	GoFiles, TestGoFiles, XTestGoFiles []string
 }
 
 // listPackages lists the module's packages as built with the given build tags ("" for the
@@ -61,8 +63,8 @@ var ours = map[string]may{
 	"cmd/airlock": {
 		"internal/sidecar":   "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
 		"sandbox":            "airlock sandbox: the lifecycle manager",
-		"sandbox/kube":       "airlock sandbox --backend kubernetes, airlock webhook, and the pod watch of airlock node",
-		"internal/nodeagent": "airlock node: flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
+		"sandbox/kube":       "airlock sandbox --backend kubernetes, airlock webhook, and the pod watch of airlock node (the kube build, airlock-kube, only)",
+		"internal/nodeagent": "airlock node (the kube build only): flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
 		"policy":             "airlock policy check|explain|test, and loading a policy for sandbox and usage",
 		"proxy":              "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
 		"credentials":        "airlock policy placeholders computes placeholders with the state directory's key",
@@ -161,6 +163,31 @@ func TestSidecarBuildLinksNoKubernetes(t *testing.T) {
 	}
 	if got := linked("kube"); !slices.Contains(got, module+"/sandbox/kube") {
 		t.Errorf("cmd/airlock built with -tags kube does not link sandbox/kube (links %v): the check above proves nothing", got)
+	}
+}
+
+// make test runs the tests of the kube build (-tags kube) in cmd/airlock only, where its
+// files are; a file of the kube build anywhere else would go untested.
+func TestKubeTagOnlyInCmdAirlock(t *testing.T) {
+	files := func(p pkg) []string {
+		return slices.Concat(p.GoFiles, p.TestGoFiles, p.XTestGoFiles)
+	}
+	lean := map[string][]string{}
+	for _, p := range listPackages(t, "") {
+		lean[p.ImportPath] = files(p)
+	}
+	var differ bool
+	for _, p := range listPackages(t, "kube") {
+		if slices.Equal(lean[p.ImportPath], files(p)) {
+			continue
+		}
+		if p.ImportPath != module+"/cmd/airlock" {
+			t.Errorf("%s has files only one of the builds compiles (-tags kube or not): add its tests with -tags kube to make test, or keep the kube build to cmd/airlock", p.ImportPath)
+		}
+		differ = true
+	}
+	if !differ {
+		t.Error("no package differs between the default build and -tags kube: cmd/airlock's kube files are gone, or go list ignores the tag")
 	}
 }
 
