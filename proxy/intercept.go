@@ -82,7 +82,7 @@ func (t *tunnel) verifyServerName(cs tls.ConnectionState) error {
 func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 	tc, _ := conn.(*tls.Conn)
 	clientH2 := tc != nil && tc.ConnectionState().NegotiatedProtocol == "h2"
-	t.ups = p.newUpstreams(t.dialPinned, upstreamProtocol(clientH2))
+	t.ups = p.newUpstreams(t.dialPinned, clientH2) // the upstream protocol follows the client's
 	defer t.ups.closeIdle()
 	authority := net.JoinHostPort(t.host, strconv.Itoa(t.port))
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -67,7 +67,12 @@ func (u *upstreams) closeIdle() {
 // newUpstreams returns transports that dial through dial. Upstream TLS is always verified
 // against Config.UpstreamRoots, and the sidecar's own HTTP(S)_PROXY environment is ignored.
 // With h2, HTTPS upstreams that offer HTTP/2 in ALPN are spoken to in HTTP/2; without, always
-// HTTP/1.1 (see upstreamProtocol).
+// HTTP/1.1. An intercepted tunnel's upstream protocol follows its client's: an HTTP/1.1
+// client sends one request at a time on a connection, which one HTTP/1.1 upstream connection
+// carries at the least cost to both ends (an HTTP/2 server spends a goroutine, a write
+// scheduler and flow control per request: measured by make bench, intercepted keep-alive);
+// an HTTP/2 client's concurrent streams (gRPC among them, which needs HTTP/2 end to end)
+// share one HTTP/2 upstream connection.
 func (p *Proxy) newUpstreams(dial dialFunc, h2 bool) *upstreams {
 	return &upstreams{build: func() *http.Transport {
 		t := &http.Transport{
@@ -107,13 +112,7 @@ func (p *Proxy) newUpstreams(dial dialFunc, h2 bool) *upstreams {
 	}}
 }
 
-// upstreamProtocol reports whether the upstreams of a client connection may speak HTTP/2:
-// the upstream protocol follows the client's. An HTTP/1.1 client sends one request at a time
-// on a connection, which one HTTP/1.1 upstream connection carries at the least cost to both
-// ends (an HTTP/2 server spends a goroutine, a write scheduler and flow control per request:
-// measured by make bench, intercepted keep-alive); an HTTP/2 client's concurrent streams
-// (gRPC among them, which needs HTTP/2 end to end) share one HTTP/2 upstream connection.
-func upstreamProtocol(clientH2 bool) bool { return clientH2 }
+
 
 // Upstream keep-alive pool sizes. A sandbox's clients often keep many connections to one host
 // (package managers, SDK pools); a pool smaller than that churns a new upstream connection for
