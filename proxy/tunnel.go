@@ -52,9 +52,14 @@ type tunnel struct {
 	once sync.Once
 }
 
-// newTunnel starts the bookkeeping of a tunnel from client.
+// newTunnel starts the bookkeeping of a tunnel from client, with a new request id.
 func (p *Proxy) newTunnel(kind string, client net.Addr) *tunnel {
-	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(), reqID: requestID(nil)}
+	return p.newTunnelID(kind, client, requestID(nil))
+}
+
+// newTunnelID starts the bookkeeping of a tunnel from client with request id reqID.
+func (p *Proxy) newTunnelID(kind string, client net.Addr, reqID string) *tunnel {
+	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(), reqID: reqID}
 	if client != nil {
 		t.client = client.String()
 	}
