@@ -17,8 +17,8 @@ package proxy
 //	*( token ":" *(HTAB / SP / VCHAR) [CR] LF )
 //	[CR] LF
 //
-// target is a host of letters, digits, "-", "." and "_", or "[" hex digits, ":" and "."
-// "]", with an optional ":" and decimal port; at most one Host header, of the characters a
+// target is a host of letters, digits, "-", "." and "_", or an IPv6 address (not an IPv4
+// one) in brackets, with an optional ":" and decimal port; at most one Host header, of the characters a
 // target may hold; no Content-Length, Transfer-Encoding or Expect header (net/http frames
 // or answers those). TestFastConnectMatchesNetHTTP and FuzzParseConnect hold parseConnect
 // to net/http's parser; TestFastConnectSameAnswers sends the same heads through both
@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -50,9 +51,9 @@ func parseConnect(head []byte) (ch connectHead, ok bool) {
 	if !found {
 		return ch, false
 	}
-	target, proto, found := bytes.Cut(line, []byte(" "))
-	target, found = bytes.CutPrefix(target, []byte("CONNECT "))
-	if !found || (string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0") || !plainTarget(target) {
+	line, found = bytes.CutPrefix(line, []byte("CONNECT "))
+	target, proto, cut := bytes.Cut(line, []byte(" "))
+	if !found || !cut || (string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0") || !plainTarget(target) {
 		return ch, false
 	}
 	hosts := 0
@@ -100,18 +101,25 @@ func plainTarget(t []byte) bool {
 	if len(t) == 0 || len(t) > maxConnectTarget {
 		return false
 	}
-	host, port := t, []byte(nil)
+	var port []byte
 	if t[0] == '[' {
+		// net/url takes only an IPv6 address in brackets (RFC 3986 section 3.2.2).
 		end := bytes.IndexByte(t, ']')
-		if end < 2 || !allBytes(t[1:end], isIPv6Byte) {
+		if end < 0 || !allBytes(t[1:end], isIPv6Byte) {
 			return false
 		}
-		host, port = t[:end+1], t[end+1:]
-	} else if i := bytes.IndexByte(t, ':'); i >= 0 {
-		host, port = t[:i], t[i:]
-	}
-	if host[0] != '[' && (len(host) == 0 || !allBytes(host, isNameByte)) {
-		return false
+		if a, err := netip.ParseAddr(string(t[1:end])); err != nil || a.Is4() {
+			return false
+		}
+		port = t[end+1:]
+	} else {
+		host := t
+		if i := bytes.IndexByte(t, ':'); i >= 0 {
+			host, port = t[:i], t[i:]
+		}
+		if len(host) == 0 || !allBytes(host, isNameByte) {
+			return false
+		}
 	}
 	if len(port) == 0 {
 		return true
@@ -169,8 +177,12 @@ func (p *Proxy) serveFirst(hc *headConn, hand func(net.Conn) bool) {
 		_ = hc.Close()
 		return
 	}
-	ch, ok := hc.takeConnect()
-	if !ok || p.slowConnect {
+	var ch connectHead
+	ok := false
+	if !p.slowConnect.Load() {
+		ch, ok = hc.takeConnect()
+	}
+	if !ok {
 		if !hand(hc) {
 			_ = hc.Close() // the proxy closed while the head was being read
 		}

@@ -35,7 +35,7 @@ type Proxy struct {
 	active   tracker      // tunnels and transparent connections, for Shutdown
 	// slowConnect sends every CONNECT through net/http and goproxy, as before the fast path
 	// (fastconnect.go): tests compare the two paths with it.
-	slowConnect bool
+	slowConnect atomic.Bool
 
 	// mu guards closed and listeners.
 	mu        sync.Mutex
