@@ -146,16 +146,18 @@ func (p *Proxy) runConnect(client net.Conn, target, reqID string) {
 }
 
 // writeEstablished accepts the CONNECT; in report mode it says so when enforce would deny.
+// The response is built in one small buffer (it goes out on every tunnel).
 func (p *Proxy) writeEstablished(t *tunnel, client net.Conn) {
 	t.setStatus(http.StatusOK)
-	var b strings.Builder
-	b.WriteString("HTTP/1.1 200 Connection established\r\n")
-	b.WriteString(headerAirlockRequestID + ": " + t.reqID + "\r\n")
+	var buf [192]byte
+	b := append(buf[:0], "HTTP/1.1 200 Connection established\r\n"+headerAirlockRequestID+": "...)
+	b = append(b, t.reqID...)
+	b = append(b, "\r\n"...)
 	if decision, _ := t.outcome(); decision == audit.DecisionReport {
-		b.WriteString(headerDecision + ": " + audit.DecisionReport + "\r\n")
+		b = append(b, headerDecision+": "+audit.DecisionReport+"\r\n"...)
 	}
-	b.WriteString("\r\n")
-	_, _ = io.WriteString(client, b.String())
+	b = append(b, "\r\n"...)
+	_, _ = client.Write(b)
 }
 
 // screenStream is the screen of a tunnel that is not intercepted: it classifies what the

@@ -125,8 +125,10 @@ func (t *tunnel) finish() {
 func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.Reader) ([]byte, error)) {
 	idle := &idleClock{idle: p.cfg.IdleTimeout}
 	idle.progress()
+	// The client-to-upstream direction runs in a goroutine of its own; the other in this
+	// one, whose stack has already grown (one goroutine start and wake-up fewer per tunnel).
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		src, first := client, []byte(nil)
@@ -153,10 +155,7 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 		}
 		pipe(upstream, src, first, idle, &t.up, p.metrics.bytesUp)
 	}()
-	go func() {
-		defer wg.Done()
-		pipe(client, upstream, nil, idle, &t.down, p.metrics.bytesDown)
-	}()
+	pipe(client, upstream, nil, idle, &t.down, p.metrics.bytesDown)
 	wg.Wait()
 }
 
