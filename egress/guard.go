@@ -70,14 +70,8 @@ func New(cfg Config) (*Guard, error) {
 	}
 	if g.dial == nil {
 		g.dial = func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
-			// DialTCP takes the checked address as it is: no string to format and parse
-			// again on every dial.
 			var d net.Dialer
-			c, err := d.DialTCP(ctx, "tcp", netip.AddrPort{}, ap)
-			if err != nil {
-				return nil, err // not a typed nil *net.TCPConn in the interface
-			}
-			return c, nil
+			return d.DialContext(ctx, "tcp", ap.String())
 		}
 	}
 	return g, nil

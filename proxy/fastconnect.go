@@ -29,6 +29,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -171,6 +172,15 @@ func allBytes(b []byte, ok func(byte) bool) bool {
 func (p *Proxy) serveFirst(hc *headConn, hand func(net.Conn) bool) {
 	e := p.active.addFresh(hc)
 	defer p.active.remove(e)
+	defer func() {
+		// As net/http does for a handler: a bug ends this connection, not the sidecar.
+		if v := recover(); v != nil {
+			_ = hc.Close()
+			buf := make([]byte, 64<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			p.errorLog.Printf("http: panic serving %v: %v\n%s", hc.RemoteAddr(), v, buf)
+		}
+	}()
 	_ = hc.SetReadDeadline(time.Now().Add(p.cfg.headTimeout()))
 	if err := hc.readHead(); err != nil {
 		// The head did not arrive in time: net/http closes such a connection unanswered.

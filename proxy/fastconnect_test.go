@@ -103,6 +103,7 @@ var connectHeads = []string{
 	"CONNECT api.test:443 HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
 	"CONNECT api.test:443 HTTP/1.1\r\nExpect: x\r\n\r\n",
 	"CONNECT api.test:443 HTTP/1.1\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+	"CONNECT api.test:443 HTTP/1.1\r\n\r\nGET http://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n",
 	"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 	"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n",
 	"CONNECT " + strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61) + ":443 HTTP/1.1\r\n\r\n",
