@@ -215,11 +215,13 @@ func airlockBinary(ctx context.Context, e *env, dir string) (string, error) {
 		return "", fmt.Errorf("build airlock: run the bench inside the airlock module (go env GOMOD: %q, %v)", gomod, err)
 	}
 	bin := filepath.Join(dir, "airlock")
-	e.progress("building ./cmd/airlock")
+	e.progress("building ./cmd/airlock (static, as make build)")
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gobin, "build", "-o", bin, "./cmd/airlock")
 	cmd.Dir = modDir
+	// Static, as make build and the image build it: the bench measures what ships.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/airlock: %v\n%s", err, indent(firstLines(strings.TrimSpace(string(out)), 12)))
 	}

@@ -67,6 +67,11 @@ type Broker struct {
 	// secrets memoises the secrets of the policy in force (Policy.Secrets copies them).
 	secrets atomic.Pointer[policySecrets]
 
+	// swapMu guards swaps, the swappers of the bound values seen last (a value changes only
+	// when its secret rotates), keyed by swapperKey.
+	swapMu sync.Mutex
+	swaps  map[string]swapper
+
 	// mu guards closed.
 	mu     sync.Mutex
 	closed bool

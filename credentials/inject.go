@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -102,6 +103,41 @@ type swapper struct {
 }
 
 func (b *Broker) swapper(values map[string]string) swapper {
+	key := swapperKey(values)
+	b.swapMu.Lock()
+	sw, ok := b.swaps[key]
+	b.swapMu.Unlock()
+	if ok {
+		return sw
+	}
+	sw = b.newSwapper(values)
+	b.swapMu.Lock()
+	if b.swaps == nil || len(b.swaps) >= maxSwappers {
+		b.swaps = make(map[string]swapper) // rotations past the bound: start again
+	}
+	b.swaps[key] = sw
+	b.swapMu.Unlock()
+	return sw
+}
+
+// maxSwappers bounds Broker.swaps.
+const maxSwappers = 64
+
+// swapperKey identifies a set of bound values: names in order, each with its value.
+func swapperKey(values map[string]string) string {
+	names := slices.Sorted(maps.Keys(values))
+	var k strings.Builder
+	for _, n := range names {
+		k.WriteString(n)
+		k.WriteByte(0)
+		k.WriteString(values[n])
+		k.WriteByte(0)
+	}
+	return k.String()
+}
+
+// newSwapper builds the swapper of values.
+func (b *Broker) newSwapper(values map[string]string) swapper {
 	var raw, query []pattern
 	if b.cfg.Placeholders != nil {
 		for name, v := range values {
@@ -298,7 +334,9 @@ func (b *Broker) event(r *http.Request, d policy.Decision, decision string) audi
 // headers, its body and its trailers before they reach the sandbox. The body is scrubbed as
 // the sandbox will read it: every Content-Encoding the broker knows (gzip, deflate, br, zstd,
 // up to three stacked) is decoded first and the body goes on in identity encoding, without
-// Content-Length (its length changes). A body in an encoding it cannot decode is scrubbed as
+// Content-Length (its length changes). A body already in identity encoding with a known
+// length keeps its Content-Length: its secrets are masked with '*' of the same length, as
+// gRPC and WebSocket messages are. A body in an encoding it cannot decode is scrubbed as
 // is when injected is false; when the request carried an injected secret (injected true),
 // FilterResponse closes it and returns a *RefusalError wrapping ErrUndecodable instead.
 // A gRPC body keeps its framing: each message is masked (same length) instead (messages.go).
@@ -318,8 +356,15 @@ func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Respo
 			encoding: strings.ToLower(resp.Header.Get("Grpc-Encoding"))}
 		return resp, nil
 	}
+	codings := contentCodings(resp.Header)
+	if len(codings) == 0 && resp.ContentLength >= 0 && len(resp.Trailer) == 0 {
+		// Identity encoding with a known length: mask (same length) so Content-Length stays
+		// true and the client gets one framed response instead of a chunked one.
+		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().Reader(io.NopCloser(raw)), raw: raw, resp: resp, red: b.red}
+		return resp, nil
+	}
 	var dec io.ReadCloser = io.NopCloser(raw)
-	if codings := contentCodings(resp.Header); len(codings) > 0 {
+	if len(codings) > 0 {
 		d, err := decodeBody(raw, codings)
 		switch {
 		case err != nil && injected:

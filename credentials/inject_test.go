@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -220,20 +222,41 @@ func TestInjectFailsClosed(t *testing.T) {
 	}
 }
 
+// TestFilterResponse: a body of known length in identity encoding keeps its length (the
+// value masked with '*'); a body of unknown length gets [REDACTED] and no Content-Length.
 func TestFilterResponse(t *testing.T) {
 	h := newHarness(t)
 	if _, err := h.b.Value(context.Background(), "tok"); err != nil {
 		t.Fatal(err)
 	}
-	resp := &http.Response{StatusCode: 200, Header: http.Header{"X-Echo": {"tok-value-123"}, "Content-Length": {"30"}},
-		Body: io.NopCloser(strings.NewReader("you sent tok-value-123 to me..")), ContentLength: 30}
-	resp, err := h.b.FilterResponse(resp, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if strings.Contains(string(b), "tok-value") || strings.Contains(resp.Header.Get("X-Echo"), "tok-value") || resp.ContentLength != -1 {
-		t.Fatalf("got body %q header %q length %d", b, resp.Header.Get("X-Echo"), resp.ContentLength)
+	const body = "you sent tok-value-123 to me.."
+	for _, tc := range []struct {
+		name     string
+		length   int64
+		wantBody string
+		wantLen  int64
+	}{
+		{"known length", int64(len(body)), "you sent ************* to me..", int64(len(body))},
+		{"unknown length", -1, "you sent [REDACTED] to me..", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := http.Header{"X-Echo": {"tok-value-123"}}
+			if tc.length >= 0 {
+				hdr.Set("Content-Length", strconv.FormatInt(tc.length, 10))
+			}
+			resp := &http.Response{StatusCode: 200, Header: hdr, Body: io.NopCloser(strings.NewReader(body)), ContentLength: tc.length}
+			resp, err := h.b.FilterResponse(resp, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			if string(b) != tc.wantBody || resp.ContentLength != tc.wantLen || resp.Header.Get("X-Echo") != Redacted {
+				t.Fatalf("got body %q header %q length %d, want body %q length %d", b, resp.Header.Get("X-Echo"), resp.ContentLength, tc.wantBody, tc.wantLen)
+			}
+			if tc.wantLen >= 0 && resp.Header.Get("Content-Length") != strconv.FormatInt(tc.wantLen, 10) {
+				t.Fatalf("Content-Length %q, want %d", resp.Header.Get("Content-Length"), tc.wantLen)
+			}
+		})
 	}
 }
 
@@ -252,5 +275,27 @@ func TestInjectBasic(t *testing.T) {
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
 	if got := h.b.Redactor().String("echo " + tok); got != "echo "+Redacted {
 		t.Fatalf("redacted echo: got %q", got)
+	}
+}
+
+// TestSwapperFollowsValues: the memoised swapper of a value set is never used for another
+// (a rotated secret swaps in its new value), and the memo stays bounded.
+func TestSwapperFollowsValues(t *testing.T) {
+	h := newHarness(t)
+	ph := h.ph.For("tok")
+	for _, v := range []string{"first-value", "second-value", "first-value"} {
+		got := mustString(h.b.swapper(map[string]string{"tok": v}).raw, "Bearer "+ph)
+		if got != "Bearer "+v {
+			t.Fatalf("swapped %q, want the value %q", got, v)
+		}
+	}
+	for i := range 3 * maxSwappers {
+		h.b.swapper(map[string]string{"tok": fmt.Sprintf("value-%d", i)})
+	}
+	h.b.swapMu.Lock()
+	n := len(h.b.swaps)
+	h.b.swapMu.Unlock()
+	if n > maxSwappers {
+		t.Fatalf("%d swappers remembered, want at most %d", n, maxSwappers)
 	}
 }

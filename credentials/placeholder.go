@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -37,7 +39,15 @@ const (
 // Placeholders maps secret names to placeholders and back.
 type Placeholders struct {
 	key []byte
+	// memo maps a secret name to its placeholder (the HMAC is computed once per name), for
+	// at most maxPlaceholderMemo names: names also come from text the sandbox sends
+	// (placeholderSecret), which must not grow it without bound.
+	memo  sync.Map
+	memos atomic.Int64
 }
+
+// maxPlaceholderMemo bounds Placeholders.memo.
+const maxPlaceholderMemo = 1024
 
 // LoadPlaceholders reads the placeholder key from dir, creating it (0600) when missing.
 func LoadPlaceholders(dir string) (*Placeholders, error) {
@@ -71,9 +81,16 @@ func NewPlaceholders(key []byte) *Placeholders { return &Placeholders{key: slice
 
 // For returns the placeholder of the secret called name.
 func (p *Placeholders) For(name string) string {
+	if ph, ok := p.memo.Load(name); ok {
+		return ph.(string)
+	}
 	m := hmac.New(sha256.New, p.key)
 	m.Write([]byte(name))
-	return PlaceholderPrefix + name + ":" + hex.EncodeToString(m.Sum(nil))[:16]
+	ph := PlaceholderPrefix + name + ":" + hex.EncodeToString(m.Sum(nil))[:16]
+	if p.memos.Add(1) <= maxPlaceholderMemo {
+		p.memo.Store(name, ph)
+	}
+	return ph
 }
 
 // Write writes {"name": "placeholder", ...} for exactly names to dir/placeholders.json

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,5 +122,26 @@ func TestPlaceholdersWriteReplacesAtomically(t *testing.T) {
 	// A directory that cannot take the temporary file: an error, not a silent success.
 	if err := p.Write(filepath.Join(dir, "missing"), []string{"x"}); err == nil {
 		t.Fatal("write into a missing directory succeeded")
+	}
+}
+
+// TestPlaceholderMemoBounded: For gives the HMAC placeholder whether memoised or not, and
+// names beyond the bound (they can come from the sandbox's text) are not remembered.
+func TestPlaceholderMemoBounded(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	memo, fresh := NewPlaceholders(key), func() *Placeholders { return NewPlaceholders(key) }
+	for i := range 2 * maxPlaceholderMemo {
+		name := fmt.Sprintf("secret-%d", i)
+		if got, want := memo.For(name), fresh().For(name); got != want {
+			t.Fatalf("For(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if got, want := memo.For("secret-1"), fresh().For("secret-1"); got != want {
+		t.Fatalf("memoised For = %q, want %q", got, want)
+	}
+	n := 0
+	memo.memo.Range(func(any, any) bool { n++; return true })
+	if n > maxPlaceholderMemo {
+		t.Fatalf("%d placeholders remembered, want at most %d", n, maxPlaceholderMemo)
 	}
 }

@@ -115,6 +115,10 @@ func (r *Redactor) String(s string) string {
 	return out
 }
 
+// maskReplacer returns the current masking replacer (a snapshot): same patterns as
+// Replacer, each replaced by as many '*' as it has bytes.
+func (r *Redactor) maskReplacer() *Replacer { return r.mask.Load() }
+
 // Mask returns b with every known value (and its encodings) replaced by as many '*' as it
 // has bytes (b itself when none occurs): for framed data whose lengths must not change.
 func (r *Redactor) Mask(b []byte) []byte {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // An inject value is literal text with `{{ secret "name" }}` placeholders, and
@@ -89,12 +90,50 @@ func (in Injection) Secrets() []string {
 	return names
 }
 
+// parsedTemplates memoises parseTemplate for the inject values of loaded policies, which
+// are expanded on every intercepted request; it stops growing at maxParsedTemplates
+// distinct values (policy reloads that keep changing them), past which values are parsed
+// each time.
+var parsedTemplates struct {
+	sync.RWMutex
+	m map[string]parsedTemplate
+}
+
+// parsedTemplate is one parseTemplate result.
+type parsedTemplate struct {
+	parts  []templatePart
+	reason string
+}
+
+const maxParsedTemplates = 4096
+
+// parseTemplateCached is parseTemplate through parsedTemplates. The parts are shared: read
+// them only.
+func parseTemplateCached(s string) ([]templatePart, string) {
+	parsedTemplates.RLock()
+	pt, ok := parsedTemplates.m[s]
+	parsedTemplates.RUnlock()
+	if ok {
+		return pt.parts, pt.reason
+	}
+	parts, reason := parseTemplate(s)
+	parsedTemplates.Lock()
+	if parsedTemplates.m == nil {
+		parsedTemplates.m = make(map[string]parsedTemplate)
+	}
+	if len(parsedTemplates.m) < maxParsedTemplates {
+		parsedTemplates.m[s] = parsedTemplate{parts: parts, reason: reason}
+	}
+	parsedTemplates.Unlock()
+	return parts, reason
+}
+
 // Expand returns the header value with each placeholder replaced by the secret's value from
 // lookup. It returns lookup's error, wrapped with the secret name; or, for a value that does
 // not parse (never the case in a loaded policy), an error wrapping ErrInvalidPolicy; or, for
 // a secret value holding CR, LF or NUL, an error wrapping ErrInvalidSecret.
 func (in Injection) Expand(lookup func(name string) (string, error)) (string, error) {
-	parts, reason := parseTemplate(in.Value)
+	parts, reason := parseTemplateCached(in.Value)
 	if reason != "" {
 		return "", fmt.Errorf("expand header %s: %s: %w", in.Header, reason, ErrInvalidPolicy)
 	}

@@ -80,7 +80,9 @@ func (t *tunnel) verifyServerName(cs tls.ConnectionState) error {
 // goproxy like an absolute-form one, with the tunnel's host as its URL host, and upstream
 // connections go to the tunnel's checked addresses only.
 func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
-	t.ups = p.newUpstreams(t.dialPinned)
+	tc, _ := conn.(*tls.Conn)
+	clientH2 := tc != nil && tc.ConnectionState().NegotiatedProtocol == "h2"
+	t.ups = p.newUpstreams(t.dialPinned, upstreamProtocol(clientH2))
 	defer t.ups.closeIdle()
 	authority := net.JoinHostPort(t.host, strconv.Itoa(t.port))
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -91,7 +93,7 @@ func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 		r.URL = &u
 		p.gp.ServeHTTP(sw, r.WithContext(withOrigin(r.Context(), o)))
 	})
-	if tc, ok := conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
+	if clientH2 {
 		p.serveH2(conn, p.h2Handler(t, h))
 		return
 	}

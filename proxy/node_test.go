@@ -20,9 +20,10 @@ const nodeUndici = "undici@6.29.1"
 func nodeModules(t *testing.T) string { return testnet.NodeModules(t, nodeUndici) }
 
 // TestNodeFetchThroughProxy runs Node's fetch (undici with its ProxyAgent) through an
-// intercepted tunnel: the credential arrives upstream (over HTTP/2 there), and an L7 rule
-// denies a path with the proxy's JSON denial. undici 6's ProxyAgent speaks HTTP/1.1 inside
-// the tunnel (it does not offer h2 there), so this is the HTTP/1.1 client side.
+// intercepted tunnel: the credential arrives upstream, and an L7 rule denies a path with the
+// proxy's JSON denial. undici 6's ProxyAgent speaks HTTP/1.1 inside the tunnel (it does not
+// offer h2 there), so this is the HTTP/1.1 client side, and the upstream protocol follows
+// the client's: HTTP/1.1 there too, though the upstream offers h2 (upstreamProtocol).
 func TestNodeFetchThroughProxy(t *testing.T) {
 	mods := nodeModules(t)
 	h := newStreamHarness(t)
@@ -50,7 +51,7 @@ func TestNodeFetchThroughProxy(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 2 || got[0].Status != 200 || !strings.Contains(got[0].Body, "proto=HTTP/2.0 path=/ok/node") {
+	if len(got) != 2 || got[0].Status != 200 || !strings.Contains(got[0].Body, "proto=HTTP/1.1 path=/ok/node") {
 		t.Fatalf("node got %+v, want the upstream's answer first", got)
 	}
 	if got[1].Status != 403 || deniedJSON(t, got[1].Body).Reason != "path_not_allowed" {

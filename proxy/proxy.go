@@ -58,7 +58,7 @@ func New(cfg Config) (*Proxy, error) {
 		errorLog:  log.New(logWriter{cfg.Logger}, "", 0),
 		listeners: make(map[net.Listener]struct{}),
 	}
-	p.explicit = p.newUpstreams(p.dialResolved(netip.Addr{}))
+	p.explicit = p.newUpstreams(p.dialResolved(netip.Addr{}), true) // https:// in absolute form may be HTTP/2
 	p.gp = p.newGoproxy()
 	p.srv = p.newServer(http.HandlerFunc(p.serveExplicit))
 	p.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {

@@ -129,7 +129,7 @@ func (p *Proxy) transparentHTTP(c net.Conn, br *bufio.Reader, orig netip.AddrPor
 	defer p.releaseTunnel()
 	_ = c.SetReadDeadline(time.Time{})
 	client := c.RemoteAddr().String()
-	ups := p.newUpstreams(p.dialResolved(orig.Addr()))
+	ups := p.newUpstreams(p.dialResolved(orig.Addr()), false) // cleartext: HTTP/1.1
 	defer ups.closeIdle()
 	port := strconv.Itoa(int(orig.Port()))
 	srv := p.newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

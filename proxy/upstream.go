@@ -66,9 +66,11 @@ func (u *upstreams) closeIdle() {
 
 // newUpstreams returns transports that dial through dial. Upstream TLS is always verified
 // against Config.UpstreamRoots, and the sidecar's own HTTP(S)_PROXY environment is ignored.
-func (p *Proxy) newUpstreams(dial dialFunc) *upstreams {
+// With h2, HTTPS upstreams that offer HTTP/2 in ALPN are spoken to in HTTP/2; without, always
+// HTTP/1.1 (see upstreamProtocol).
+func (p *Proxy) newUpstreams(dial dialFunc, h2 bool) *upstreams {
 	return &upstreams{build: func() *http.Transport {
-		return &http.Transport{
+		t := &http.Transport{
 			Proxy: nil, // never the sidecar's own HTTP(S)_PROXY
 			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 				x := exchangeFrom(ctx)
@@ -95,10 +97,23 @@ func (p *Proxy) newUpstreams(dial dialFunc) *upstreams {
 			DisableCompression:     true, // relay bodies as the upstream sent them
 			// HTTP/2 when the upstream offers it in ALPN, else HTTP/1.1; a WebSocket upgrade
 			// always goes over HTTP/1.1 (net/http keeps it off HTTP/2).
-			ForceAttemptHTTP2: true,
+			ForceAttemptHTTP2: h2,
 		}
+		if !h2 {
+			// A non-nil empty map keeps net/http from adding HTTP/2 on its own.
+			t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		return t
 	}}
 }
+
+// upstreamProtocol reports whether the upstreams of a client connection may speak HTTP/2:
+// the upstream protocol follows the client's. An HTTP/1.1 client sends one request at a time
+// on a connection, which one HTTP/1.1 upstream connection carries at the least cost to both
+// ends (an HTTP/2 server spends a goroutine, a write scheduler and flow control per request:
+// measured by make bench, intercepted keep-alive); an HTTP/2 client's concurrent streams
+// (gRPC among them, which needs HTTP/2 end to end) share one HTTP/2 upstream connection.
+func upstreamProtocol(clientH2 bool) bool { return clientH2 }
 
 // Upstream keep-alive pool sizes. A sandbox's clients often keep many connections to one host
 // (package managers, SDK pools); a pool smaller than that churns a new upstream connection for

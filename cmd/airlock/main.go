@@ -4,6 +4,11 @@
 // the packages that do the work (internal/sidecar for airlock run, sandbox, policy) and maps
 // their errors onto exit codes. It holds no business logic; nothing imports it. What it may
 // import is held by internal/depcheck.
+//
+// It is built twice. The default build is airlock, the sidecar and every command but the
+// Kubernetes ones, without the Kubernetes client (kubeforward.go hands those commands to
+// airlock-kube). With -tags kube it is airlock-kube, which has every command (webhook.go,
+// node.go, sandbox_kube.go).
 package main
 
 import (

@@ -172,7 +172,7 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return kubeCreate(ctx, name, c.policy, kc, stdout)
+		return kubeCreate(ctx, append([]string{"sandbox", "create"}, args...), name, c.policy, kc, stdout)
 	default:
 		return failf("--backend %q: use local or kubernetes", c.backend)
 	}
@@ -431,7 +431,7 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 	switch *backend {
 	case "local":
 	case "kubernetes":
-		return kubeList(context.Background(), &k, *all, *asJSON, stdout)
+		return kubeList(context.Background(), append([]string{"sandbox", "list"}, args...), &k, *all, *asJSON, stdout)
 	default:
 		return failf("--backend %q: use local or kubernetes", *backend)
 	}
@@ -507,7 +507,7 @@ unless another sandbox uses it. Pods "sandbox create" did not make are refused.`
 	case "kubernetes":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return kubeDelete(ctx, &k, names, stdout)
+		return kubeDelete(ctx, append([]string{"sandbox", "delete"}, args...), &k, names, stdout)
 	default:
 		return failf("--backend %q: use local or kubernetes", *backend)
 	}

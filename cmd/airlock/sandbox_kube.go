@@ -1,4 +1,4 @@
-//go:build !nokube
+//go:build kube
 
 package main
 
@@ -14,45 +14,15 @@ import (
 	"github.com/airlock-dev/airlock/sandbox/kube"
 )
 
-// kubeClusterFlags say which cluster and namespace a Kubernetes sandbox command works in.
-type kubeClusterFlags struct {
-	namespace, kubeconfig, kubeContext string
-}
-
-func (k *kubeClusterFlags) register(fs *flagSet) {
-	fs.StringVar(&k.namespace, "namespace", "", "kubernetes: namespace of the sandbox pods and their policy ConfigMaps (default: the kubeconfig context's, else default)")
-	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "kubernetes: kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)")
-	fs.StringVar(&k.kubeContext, "kube-context", "", "kubernetes: kubeconfig context (default: the current one)")
-}
-
+// connect opens the cluster the flags name.
 func (k *kubeClusterFlags) connect() (*kube.Cluster, error) {
 	return kube.Connect(k.kubeconfig, k.kubeContext, k.namespace)
 }
 
-// kubeCreateOptions are the flags of "sandbox create --backend kubernetes".
-type kubeCreateOptions struct {
-	kubeClusterFlags
-	image, policyConfigMap, policyKey string
-	command, podEnvironment           string
-	wait                              time.Duration
-}
-
-// kubeCreateFlags registers the Kubernetes backend's flags on the sandbox create flag set.
-func kubeCreateFlags(fs *flagSet) *kubeCreateOptions {
-	o := &kubeCreateOptions{}
-	o.register(fs)
-	fs.StringVar(&o.image, "image", "", "kubernetes: image of the sandbox container (required with --backend kubernetes)")
-	fs.StringVar(&o.policyConfigMap, "policy-configmap", "", "kubernetes: policy ConfigMap the pod names (default NAME-policy); --policy writes it, else it must exist")
-	fs.StringVar(&o.policyKey, "policy-key", kube.DefaultPolicyKey, "kubernetes: key of the policy in the ConfigMap")
-	fs.StringVar(&o.command, "command", "", `kubernetes: shell command the sandbox container runs (sh -c); default "sleep infinity", to kubectl exec into`)
-	fs.StringVar(&o.podEnvironment, "pod-environment", "", "kubernetes: airlock.dev/environment annotation (stricter than the webhook's, or empty for the webhook's)")
-	fs.DurationVar(&o.wait, "wait", 3*time.Minute, "kubernetes: wait this long for the sidecar to be ready and the sandbox running, printing each step (0: do not wait)")
-	return o
-}
-
 // kubeCreate creates sandbox name as a pod labelled for sidecar injection, writing policyFile
-// (when given, after validating it) into the pod's policy ConfigMap.
-func kubeCreate(ctx context.Context, name, policyFile string, o *kubeCreateOptions, stdout io.Writer) error {
+// (when given, after validating it) into the pod's policy ConfigMap. The command line is the
+// sidecar build's to forward (kubeforward.go); this build has parsed it already.
+func kubeCreate(ctx context.Context, _ []string, name, policyFile string, o *kubeCreateOptions, stdout io.Writer) error {
 	if o.image == "" {
 		return failf("sandbox create %s --backend kubernetes: --image is required (the sandbox container's image)", name)
 	}
@@ -102,7 +72,7 @@ func kubeCreateIn(ctx context.Context, cluster *kube.Cluster, name, policyFile s
 }
 
 // kubeList prints the sandbox pods of the namespace (every namespace with all).
-func kubeList(ctx context.Context, k *kubeClusterFlags, all, asJSON bool, stdout io.Writer) error {
+func kubeList(ctx context.Context, _ []string, k *kubeClusterFlags, all, asJSON bool, stdout io.Writer) error {
 	cluster, err := k.connect()
 	if err != nil {
 		return failf("sandbox list: %v", err)
@@ -128,7 +98,7 @@ func kubeList(ctx context.Context, k *kubeClusterFlags, all, asJSON bool, stdout
 
 // kubeDelete deletes the named sandbox pods and the policy ConfigMaps made for them, printing
 // each step; a sandbox that does not exist is not an error.
-func kubeDelete(ctx context.Context, k *kubeClusterFlags, names []string, stdout io.Writer) error {
+func kubeDelete(ctx context.Context, _ []string, k *kubeClusterFlags, names []string, stdout io.Writer) error {
 	cluster, err := k.connect()
 	if err != nil {
 		return failf("sandbox delete: %v", err)

@@ -1,4 +1,4 @@
-//go:build !nokube
+//go:build kube
 
 package main
 
@@ -57,12 +57,19 @@ func TestKubeCreateWithFakeClient(t *testing.T) {
 
 func TestKubeCreateErrors(t *testing.T) {
 	o := &kubeCreateOptions{kubeClusterFlags: kubeClusterFlags{kubeconfig: filepath.Join(t.TempDir(), "no-kubeconfig")}, image: "i"}
-	err := kubeCreate(context.Background(), "agent-1", "", o, io.Discard)
+	err := kubeCreate(context.Background(), nil, "agent-1", "", o, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no-kubeconfig") {
 		t.Errorf("missing kubeconfig: %v, want an error naming it", err)
 	}
-	err = kubeCreate(context.Background(), "agent-1", "", &kubeCreateOptions{}, io.Discard)
+	err = kubeCreate(context.Background(), nil, "agent-1", "", &kubeCreateOptions{}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--image is required") {
 		t.Errorf("no image: %v", err)
+	}
+}
+
+// kubeflags.go, built into the sidecar build too, cannot import sandbox/kube for its default.
+func TestDefaultPolicyKeyIsKubes(t *testing.T) {
+	if defaultPolicyKey != kube.DefaultPolicyKey {
+		t.Errorf("defaultPolicyKey %q, want sandbox/kube's %q", defaultPolicyKey, kube.DefaultPolicyKey)
 	}
 }

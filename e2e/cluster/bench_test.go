@@ -34,6 +34,8 @@ func TestKubeBench(t *testing.T) {
 	const ns = "na-bench"
 	e.apply(ctx, t, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n  labels: {pod-security.kubernetes.io/enforce: restricted}\n")
 	e.apply(ctx, t, strings.Replace(policyConfigMap(allowedHost), "namespace: "+testNS, "namespace: "+ns, 1))
+	// The webhook is installed with Vault login: injected pods mount this ConfigMap.
+	e.apply(ctx, t, vaultCAConfigMapFor(ns, e.vault.caPEM))
 	var report []string
 	for i := range 3 {
 		for _, labelled := range []bool{false, true} {
@@ -53,7 +55,8 @@ func TestKubeBench(t *testing.T) {
 	t.Log("kube bench (apply->Ready is observed by polling the API, about 1 s resolution):\n  " + strings.Join(report, "\n  "))
 }
 
-// sidecarRSS reads VmRSS of the pod's sidecar process.
+// sidecarRSS reads VmRSS of the pod's sidecar process, and how much of it is anonymous memory
+// (heap, stacks) and how much the binary's own pages (file).
 func (e *env) sidecarRSS(t *testing.T, ns, name string) string {
 	t.Helper()
 	p := e.fullPod(context.Background(), t, ns, name)
@@ -63,11 +66,13 @@ func (e *env) sidecarRSS(t *testing.T, ns, name string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		f := map[string]string{}
 		for _, l := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				parts = append(parts, strings.TrimSpace(v))
+			if k, v, ok := strings.Cut(l, ":"); ok {
+				f[k] = strings.TrimSpace(v)
 			}
 		}
+		parts = append(parts, fmt.Sprintf("%s (anon %s, file %s)", f["VmRSS"], f["RssAnon"], f["RssFile"]))
 	}
 	return strings.Join(parts, " + ")
 }

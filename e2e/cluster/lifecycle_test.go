@@ -23,7 +23,7 @@ const sandboxNS = "airlock-sandboxes"
 // enforced like any labelled pod, list shows it, delete removes it and the policy ConfigMap
 // made for it.
 func (e *env) sandboxLifecycle(ctx context.Context, t *testing.T) {
-	bin, err := testnet.BuildAirlock(ctx, t.TempDir())
+	bin, err := testnet.BuildAirlockWithKube(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

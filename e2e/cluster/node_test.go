@@ -72,7 +72,7 @@ metadata:
 // checkSandboxCreateRestricted: `airlock sandbox create --backend kubernetes` makes a pod
 // that the restricted namespace admits, and it is enforced like any labelled pod.
 func (e *env) checkSandboxCreateRestricted(ctx context.Context, t *testing.T) {
-	bin, err := testnet.BuildAirlock(ctx, t.TempDir())
+	bin, err := testnet.BuildAirlockWithKube(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

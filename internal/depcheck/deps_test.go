@@ -17,11 +17,18 @@ type pkg struct {
 	ImportPath string
 	Imports    []string
 	Deps       []string
+	// The files the build compiles.
+	GoFiles, TestGoFiles, XTestGoFiles []string
 }
 
-func listPackages(t *testing.T) []pkg {
+// listPackages lists the module's packages as built with the given build tags ("" for the
+// default build; -tags on the command line overrides any in $GOFLAGS).
+func listPackages(t *testing.T, tags string, patterns ...string) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json", module+"/...")
+	if len(patterns) == 0 {
+		patterns = []string{module + "/..."}
+	}
+	cmd := exec.Command("go", append([]string{"list", "-json", "-tags=" + tags}, patterns...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +63,8 @@ var ours = map[string]may{
 	"cmd/airlock": {
 		"internal/sidecar":   "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
 		"sandbox":            "airlock sandbox: the lifecycle manager",
-		"sandbox/kube":       "airlock sandbox --backend kubernetes, airlock webhook, and the pod watch of airlock node",
-		"internal/nodeagent": "airlock node: flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
+		"sandbox/kube":       "airlock sandbox --backend kubernetes, airlock webhook, and the pod watch of airlock node (the kube build, airlock-kube, only)",
+		"internal/nodeagent": "airlock node (the kube build only): flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
 		"policy":             "airlock policy check|explain|test, and loading a policy for sandbox and usage",
 		"proxy":              "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
 		"credentials":        "airlock policy placeholders computes placeholders with the state directory's key",
@@ -125,8 +132,68 @@ var heavies = []heavy{
 	{"k8s.io/client-go/kubernetes", []string{"sandbox/kube/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 
+// buildTags are the builds of the module: the default one (airlock, the sidecar) and the kube
+// one (airlock-kube, with the Kubernetes commands).
+var buildTags = []string{"", "kube"}
+
 func TestDependencyRules(t *testing.T) {
-	for _, p := range listPackages(t) {
+	for _, tags := range buildTags {
+		t.Run("tags="+tags, func(t *testing.T) { checkRules(t, listPackages(t, tags)) })
+	}
+}
+
+// The sidecar build must not link the Kubernetes client: Go initialises every linked package
+// at every start, and these fault in about 6 MiB of the binary in every injected sidecar.
+// Only the kube build (airlock-kube) has them.
+func TestSidecarBuildLinksNoKubernetes(t *testing.T) {
+	kubePrefixes := []string{"k8s.io/", "sigs.k8s.io/", module + "/sandbox/kube"}
+	linked := func(tags string) []string {
+		var out []string
+		for _, p := range listPackages(t, tags, module+"/cmd/airlock") {
+			for _, d := range p.Deps {
+				if slices.ContainsFunc(kubePrefixes, func(pre string) bool { return strings.HasPrefix(d, pre) }) {
+					out = append(out, d)
+				}
+			}
+		}
+		return out
+	}
+	if got := linked(""); len(got) > 0 {
+		t.Errorf("the default build of cmd/airlock (the sidecar) links %s: the Kubernetes commands belong in files built with -tags kube", strings.Join(got, ", "))
+	}
+	if got := linked("kube"); !slices.Contains(got, module+"/sandbox/kube") {
+		t.Errorf("cmd/airlock built with -tags kube does not link sandbox/kube (links %v): the check above proves nothing", got)
+	}
+}
+
+// make test runs the tests of the kube build (-tags kube) in cmd/airlock only, where its
+// files are; a file of the kube build anywhere else would go untested.
+func TestKubeTagOnlyInCmdAirlock(t *testing.T) {
+	files := func(p pkg) []string {
+		return slices.Concat(p.GoFiles, p.TestGoFiles, p.XTestGoFiles)
+	}
+	lean := map[string][]string{}
+	for _, p := range listPackages(t, "") {
+		lean[p.ImportPath] = files(p)
+	}
+	var differ bool
+	for _, p := range listPackages(t, "kube") {
+		if slices.Equal(lean[p.ImportPath], files(p)) {
+			continue
+		}
+		if p.ImportPath != module+"/cmd/airlock" {
+			t.Errorf("%s has files only one of the builds compiles (-tags kube or not): add its tests with -tags kube to make test, or keep the kube build to cmd/airlock", p.ImportPath)
+		}
+		differ = true
+	}
+	if !differ {
+		t.Error("no package differs between the default build and -tags kube: cmd/airlock's kube files are gone, or go list ignores the tag")
+	}
+}
+
+func checkRules(t *testing.T, pkgs []pkg) {
+	t.Helper()
+	for _, p := range pkgs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		for _, imp := range p.Imports {
 			checkHeavy(t, rel, imp)

@@ -9,18 +9,28 @@ import (
 
 // Where the airlock image keeps things, and who it runs as.
 const (
+	// AirlockBinary is the default build of cmd/airlock: the sidecar, and the image's
+	// entrypoint.
 	AirlockBinary = "/usr/local/bin/airlock"
-	CABundle      = "/etc/ssl/certs/ca-certificates.crt"
+	// AirlockKubeBinary is the kube build (-tags kube): the webhook and the node agent, and
+	// what AirlockBinary runs for them; next to it, where it looks first.
+	AirlockKubeBinary = "/usr/local/bin/airlock-kube"
+	CABundle          = "/etc/ssl/certs/ca-certificates.crt"
 	// CABundleSource is the committed bundle (relative to the repository root); its origin
 	// is stated in deploy/image/README.md. The build host's own /etc/ssl is never read.
 	CABundleSource = "deploy/image/ca-certificates.crt"
 	NonRootUID     = 65532
 )
 
-// AirlockSpec describes airlock's image: the static airlock binary built from the repository
-// at root, the pinned CA bundle, and a non-root user (uid and gid 65532, "nonroot").
+// AirlockSpec describes airlock's image: the static airlock binaries built from the repository
+// at root (the sidecar build and the kube build), the pinned CA bundle, and a non-root user
+// (uid and gid 65532, "nonroot").
 func AirlockSpec(root, arch string, created time.Time) (Spec, error) {
 	bin, err := GoBinary(root, "./cmd/airlock", arch)
+	if err != nil {
+		return Spec{}, err
+	}
+	kubeBin, err := GoBinary(root, "./cmd/airlock", arch, "kube")
 	if err != nil {
 		return Spec{}, err
 	}
@@ -34,6 +44,7 @@ func AirlockSpec(root, arch string, created time.Time) (Spec, error) {
 	return Spec{
 		Files: []File{
 			{Path: AirlockBinary, Mode: 0o755, Data: bin},
+			{Path: AirlockKubeBinary, Mode: 0o755, Data: kubeBin},
 			{Path: CABundle, Mode: 0o644, Data: cas},
 			{Path: "/etc/passwd", Mode: 0o644, Data: []byte(passwd)},
 			{Path: "/etc/group", Mode: 0o644, Data: []byte(group)},

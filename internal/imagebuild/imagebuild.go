@@ -162,17 +162,18 @@ func WriteTarball(img v1.Image, ref, file string) (v1.Hash, error) {
 	return d, nil
 }
 
-// GoBinary builds the Go package pkg (run from dir) as a static, reproducible binary for
-// linux/arch and returns its bytes: CGO off, -trimpath, no build id, symbol tables stripped.
-// The result depends on the sources, the Go version and the module's dependencies only.
-func GoBinary(dir, pkg, arch string) ([]byte, error) {
+// GoBinary builds the Go package pkg (run from dir) with the build tags as a static,
+// reproducible binary for linux/arch and returns its bytes: CGO off, -trimpath, no build id,
+// symbol tables stripped. The result depends on the sources, the tags, the Go version and the
+// module's dependencies only.
+func GoBinary(dir, pkg, arch string, tags ...string) ([]byte, error) {
 	out, err := os.CreateTemp("", "imagebuild-bin-*")
 	if err != nil {
 		return nil, fmt.Errorf("create temp file: %w", err)
 	}
 	out.Close()
 	defer os.Remove(out.Name())
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out.Name(), pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-tags="+strings.Join(tags, ","), "-o", out.Name(), pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	var stderr bytes.Buffer

@@ -4,11 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/x509"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/pem"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,18 +136,11 @@ func TestAirlockImage(t *testing.T) {
 		t.Errorf("platform %s/%s", cf.OS, cf.Architecture)
 	}
 	hdrs, data := layerFiles(t, spec)
-	bin := data[strings.TrimPrefix(AirlockBinary, "/")]
-	if !bytes.HasPrefix(bin, []byte("\x7fELF")) || hdrs[strings.TrimPrefix(AirlockBinary, "/")].Mode != 0o755 {
-		t.Fatalf("layer lacks an executable ELF airlock at %s", AirlockBinary)
-	}
-	ef, err := elf.NewFile(bytes.NewReader(bin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Error("airlock binary has a dynamic loader (PT_INTERP): not static")
-		}
+	for _, tc := range []struct {
+		path string
+		kube bool
+	}{{AirlockBinary, false}, {AirlockKubeBinary, true}} {
+		checkStaticBinary(t, hdrs, data, tc.path, tc.kube)
 	}
 	n, rest := 0, data[strings.TrimPrefix(CABundle, "/")]
 	for {
@@ -166,5 +162,39 @@ func TestAirlockImage(t *testing.T) {
 	}
 	if !strings.Contains(string(data["etc/passwd"]), "nonroot:x:65532:65532:") {
 		t.Error("/etc/passwd lacks the nonroot user")
+	}
+}
+
+// checkStaticBinary checks that the layer holds an executable, static ELF at path, built with
+// -tags kube (and linking the Kubernetes client) exactly when kube is set.
+func checkStaticBinary(t *testing.T, hdrs map[string]*tar.Header, data map[string][]byte, path string, kube bool) {
+	t.Helper()
+	name := strings.TrimPrefix(path, "/")
+	bin := data[name]
+	if !bytes.HasPrefix(bin, []byte("\x7fELF")) || hdrs[name].Mode != 0o755 {
+		t.Fatalf("layer lacks an executable ELF at %s", path)
+	}
+	ef, err := elf.NewFile(bytes.NewReader(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has a dynamic loader (PT_INTERP): not static", path)
+		}
+	}
+	bi, err := buildinfo.Read(bytes.NewReader(bin))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var tags string
+	for _, s := range bi.Settings {
+		if s.Key == "-tags" {
+			tags = s.Value
+		}
+	}
+	linksKube := slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool { return strings.HasPrefix(m.Path, "k8s.io/") })
+	if (tags == "kube") != kube || linksKube != kube {
+		t.Errorf("%s: built with tags %q, links k8s.io modules: %v; want the kube build %v", path, tags, linksKube, kube)
 	}
 }

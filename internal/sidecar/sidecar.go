@@ -188,7 +188,9 @@ func (s *Sidecar) shared() error {
 		return err
 	}
 	s.store = policy.NewStore(s.cfg.PolicyFile, pol)
-	if s.audit, err = s.openAudit(stderr); err != nil {
+	// Audit lines are scrubbed as they are built (openAudit's Redact), so their stderr copy
+	// skips the second scan the log's writer would give them.
+	if s.audit, err = s.openAudit(s.cfg.Stderr); err != nil {
 		return err
 	}
 	if _, err := s.archivePolicy(); err != nil { // evidence only: the sidecar still serves

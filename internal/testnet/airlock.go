@@ -36,31 +36,53 @@ const (
 	StopTimeout = 10 * time.Second
 )
 
-// BuildAirlock compiles the module's ./cmd/airlock into dir and returns the binary's path, or
-// returns $AIRLOCK_BIN untouched when it is set. Call it once per test process.
+// BuildAirlock compiles the module's ./cmd/airlock (the default build, the sidecar: no
+// Kubernetes commands) into dir and returns the binary's path, or returns $AIRLOCK_BIN
+// untouched when it is set. Call it once per test process.
 func BuildAirlock(ctx context.Context, dir string) (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
 		return p, nil
 	}
+	bin := filepath.Join(dir, "airlock")
+	return bin, goBuild(ctx, bin)
+}
+
+// BuildAirlockWithKube is BuildAirlock plus the kube build (-tags kube) as airlock-kube next to
+// it, where airlock finds it when it forwards "webhook", "node" and "sandbox ... --backend
+// kubernetes". With $AIRLOCK_BIN set it builds nothing: airlock-kube is then expected next to
+// that binary or on $PATH, as airlock itself looks for it.
+func BuildAirlockWithKube(ctx context.Context, dir string) (string, error) {
+	if p := os.Getenv(EnvBinary); p != "" {
+		return p, nil
+	}
+	bin := filepath.Join(dir, "airlock")
+	if err := goBuild(ctx, bin); err != nil {
+		return "", err
+	}
+	return bin, goBuild(ctx, filepath.Join(dir, "airlock-kube"), "-tags", "kube")
+}
+
+// goBuild builds the module's ./cmd/airlock as out with the extra go build flags.
+func goBuild(ctx context.Context, out string, flags ...string) error {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		return "", fmt.Errorf("find go tool: %w", err)
+		return fmt.Errorf("find go tool: %w", err)
 	}
 	gomod, err := exec.CommandContext(ctx, goTool, "env", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return fmt.Errorf("go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	if root == "." || root == "" {
-		return "", errors.New("build airlock: not inside the airlock module")
+		return errors.New("build airlock: not inside the airlock module")
 	}
-	bin := filepath.Join(dir, "airlock")
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./cmd/airlock")
+	args := append(append([]string{"build", "-o", out}, flags...), "./cmd/airlock")
+	cmd := exec.CommandContext(ctx, goTool, args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/airlock: %w\n%s", err, out)
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	return bin, nil
+	return nil
 }
 
 // AirlockConfig says how to start the binary. The zero value of every field but Binary and

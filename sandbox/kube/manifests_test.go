@@ -173,6 +173,10 @@ func TestManifestsDecode(t *testing.T) {
 		t.Errorf("rules %v do not send pod creation", wh.Rules)
 	}
 	tmpl := dep.Spec.Template
+	// The image's airlock is the sidecar build; the webhook is in airlock-kube beside it.
+	if c := tmpl.Spec.Containers[0]; !slices.Equal(c.Command, []string{"airlock-kube"}) || len(c.Args) == 0 || c.Args[0] != "webhook" {
+		t.Errorf("webhook container runs %v %v, want airlock-kube webhook", c.Command, c.Args)
+	}
 	if !labelsMatch(svc.Spec.Selector, tmpl.Labels) || !labelsMatch(dep.Spec.Selector.MatchLabels, tmpl.Labels) {
 		t.Errorf("Service selector %v / Deployment selector %v do not select the pod labels %v", svc.Spec.Selector, dep.Spec.Selector.MatchLabels, tmpl.Labels)
 	}
@@ -322,8 +326,8 @@ func checkNodeDaemonSet(t *testing.T, all map[string][]runtime.Object) {
 			ds.Namespace, ds.Name, spec.HostPID, spec.HostNetwork, len(spec.Containers))
 	}
 	c := spec.Containers[0]
-	if !slices.Equal(c.Args, []string{"node"}) || len(c.Env) != 1 || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-		t.Errorf("agent container runs %v with env %+v, want airlock node with AIRLOCK_NODE_NAME from spec.nodeName", c.Args, c.Env)
+	if !slices.Equal(c.Command, []string{"airlock-kube"}) || !slices.Equal(c.Args, []string{"node"}) || len(c.Env) != 1 || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("agent container runs %v %v with env %+v, want airlock-kube node with AIRLOCK_NODE_NAME from spec.nodeName", c.Command, c.Args, c.Env)
 	}
 	paths := map[string]string{}
 	for _, v := range spec.Volumes {
