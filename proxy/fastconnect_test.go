@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -344,4 +345,65 @@ func (c *pipelineConn) Read(p []byte) (int, error) {
 		}
 	}
 	return c.br.Read(p)
+}
+
+// TestCloseFreshConnections: Close closes a new connection that has sent nothing (as
+// net/http closes an idle one), but not one whose first head has begun: that CONNECT is
+// still answered.
+func TestCloseFreshConnections(t *testing.T) {
+	h := newHarness(t, mustPolicy(t, policyDoc("basic", "enforce", basicEgress)))
+	h.route(addrAPI, 443, h.upstream.tlsServer(t, echo(), "api.test"))
+	idle, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	started, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer started.Close()
+	if _, err := io.WriteString(started, "CONNECT api.test:443 HTTP/1.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the proxy tracks both connections and has the first bytes of one.
+	deadline := time.Now().Add(waitTimeout)
+	for !freshState(h.p, 2, 1) {
+		if time.Now().After(deadline) {
+			t.Fatal("the proxy did not take both connections")
+		}
+		runtime.Gosched()
+	}
+	if err := h.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = idle.SetReadDeadline(time.Now().Add(waitTimeout))
+	if n, err := idle.Read(make([]byte, 1)); n != 0 || err == nil || isTimeout(err) {
+		t.Errorf("idle connection after Close: read %d, %v; want it closed", n, err)
+	}
+	if _, err := io.WriteString(started, "Host: api.test:443\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = started.SetReadDeadline(time.Now().Add(waitTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(started), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT begun before Close: got %v, %v; want 200", resp, err)
+	}
+}
+
+// freshState reports whether p tracks conns connections awaiting their first head, got of
+// which have received a byte.
+func freshState(p *Proxy, conns, got int) bool {
+	p.active.mu.Lock()
+	defer p.active.mu.Unlock()
+	n, g := 0, 0
+	for e := range p.active.conns {
+		if e.fresh != nil {
+			n++
+			if e.fresh.got.Load() {
+				g++
+			}
+		}
+	}
+	return n == conns && g == got
 }
