@@ -410,9 +410,15 @@ func (te *tlsEnv) profile(ctx context.Context, l *tlsLeg, t *tlsTest) func() {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		if err := os.WriteFile(path, b, 0o644); err == nil {
-			te.e.progress("profile of airlock during %q: %s", t.name, path)
+		err = os.MkdirAll(te.e.cfg.profileDir, 0o755)
+		if err == nil {
+			err = os.WriteFile(path, b, 0o644)
 		}
+		if err != nil {
+			te.e.progress("profile %s: %v", t.name, err)
+			return
+		}
+		te.e.progress("profile of airlock during %q: %s", t.name, path)
 	})
 	return wg.Wait
 }

@@ -39,7 +39,7 @@ func (p *Policy) DecideName(name string) NameDecision {
 
 func (p *Policy) decideName(name string, withMode bool) NameDecision {
 	var nd NameDecision
-	h, err := normalizeQueryName(name)
+	h, err := NormalizeHost(name)
 	nd.Host = h.Name
 	switch {
 	case err != nil:
@@ -84,32 +84,6 @@ func (p *Policy) matchName(nd NameDecision, name string) NameDecision {
 	nd.Decision = allow(nd.Decision, rules[0], fmt.Sprintf("host %q is named by rule %q", name, rules[0].spec.Name))
 	nd.Host = name
 	return nd
-}
-
-// normalizeQueryName is NormalizeHost with a fast path for the common DNS query name: plain
-// ASCII letters, digits, hyphens and dots, no punycode label, not ending in a number. For
-// those, NormalizeHost's IDNA mapping is lower-casing, so only the trailing dot and the label
-// checks remain; everything else takes the full path. FuzzNormalizeQueryName holds the two
-// to the same result.
-func normalizeQueryName(name string) (Host, error) {
-	n := strings.TrimSuffix(name, ".")
-	if n == "" || len(n) > 253 {
-		return NormalizeHost(name)
-	}
-	for i := 0; i < len(n); i++ {
-		c := n[i]
-		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '.' {
-			return NormalizeHost(name)
-		}
-	}
-	n = strings.ToLower(n)
-	if strings.Contains(n, "xn--") || endsInNumber(n) {
-		return NormalizeHost(name)
-	}
-	if checkLabels(n) != "" {
-		return NormalizeHost(name)
-	}
-	return Host{Name: n}, nil
 }
 
 // compileDNSBrakes checks the spec.dns fields of the DNS filter's exfiltration brakes and

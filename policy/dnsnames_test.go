@@ -113,16 +113,62 @@ func TestDNSBrakeFieldsValidation(t *testing.T) {
 	}
 }
 
-func FuzzNormalizeQueryName(f *testing.F) {
+// TestPlainHost holds NormalizeHost's fast path (plainHost) to the full IDNA path: every
+// string of up to five bytes over an alphabet of the characters that matter, and the
+// length and label edges, get the same host and the same error either way; and the fast
+// path is taken for the names it exists for.
+func TestPlainHost(t *testing.T) {
+	alphabet := []byte("aZ09-.xn")
+	var inputs []string
+	var gen func(prefix []byte)
+	gen = func(prefix []byte) {
+		inputs = append(inputs, string(prefix))
+		if len(prefix) == 5 {
+			return
+		}
+		for _, c := range alphabet {
+			gen(append(prefix, c))
+		}
+	}
+	gen(nil)
+	label63, label64 := strings.Repeat("a", 63), strings.Repeat("b", 64)
+	name253 := strings.Repeat(label63+".", 3) + strings.Repeat("c", 61)
+	inputs = append(inputs, label63+".com", label64+".com", name253, name253+".", name253+"d", name253+"..",
+		"xn--bcher-kva.example", "XN--BCHER-KVA.example", "a.xn--", "0x7f.1", "a.0x1F", "a.0xg", "1.2.3.4",
+		"1.2.3.4.", "a.b.1", "a.1b", "1e.a", "A.B.C.", "a..b", "-a.b", "a-.b", "a.-b", "r3---sn-abc.googlevideo.com",
+		"Bücher.example", "a b", "a_b.com", "a:b", "[::1]", "::1", "\u212a.com", "a.com\u3002", "ａ.com")
+	for _, s := range inputs {
+		fast, ok := plainHost(s)
+		full, reason := normalizeHostIDNA(s)
+		if ok && (reason != "" || fast != full) {
+			t.Errorf("plainHost(%q) = %+v; normalizeHostIDNA = %+v, %q", s, fast, full, reason)
+		}
+		got, gerr := NormalizeHost(s)
+		if (gerr == nil) != (reason == "") || got != full {
+			t.Errorf("NormalizeHost(%q) = %+v, %v; normalizeHostIDNA = %+v, %q", s, got, gerr, full, reason)
+		}
+	}
+	for _, s := range []string{"api.github.com", "API.GitHub.COM.", "r3---sn-abc.googlevideo.com", "a", name253} {
+		if _, ok := plainHost(s); !ok {
+			t.Errorf("plainHost(%q): got the slow path, want the fast one", s)
+		}
+	}
+}
+
+// FuzzPlainHost holds NormalizeHost's fast path to the full IDNA path on any input.
+func FuzzPlainHost(f *testing.F) {
 	for _, s := range []string{"api.example.com.", "API.Example.COM", "xn--bcher-kva.example", "1.2.3.4", "a..b",
-		"-a.example", "0x7f.1", "Bücher.example", "a.b-.c", strings.Repeat("a", 64) + ".com", ""} {
+		"-a.example", "0x7f.1", "Bücher.example", "a.b-.c", strings.Repeat("a", 64) + ".com", "", "\u212a.com"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, gerr := normalizeQueryName(s)
-		want, werr := NormalizeHost(s)
-		if (gerr == nil) != (werr == nil) || got != want {
-			t.Errorf("normalizeQueryName(%q) = %+v, %v; NormalizeHost = %+v, %v", s, got, gerr, want, werr)
+		full, reason := normalizeHostIDNA(s)
+		if fast, ok := plainHost(s); ok && (reason != "" || fast != full) {
+			t.Errorf("plainHost(%q) = %+v; normalizeHostIDNA = %+v, %q", s, fast, full, reason)
+		}
+		got, err := NormalizeHost(s)
+		if (err == nil) != (reason == "") || got != full {
+			t.Errorf("NormalizeHost(%q) = %+v, %v; normalizeHostIDNA = %+v, %q", s, got, err, full, reason)
 		}
 	})
 }

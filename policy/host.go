@@ -51,6 +51,47 @@ func NormalizeHost(h string) (Host, error) {
 
 // normalizeHost is NormalizeHost returning a reason instead of an error.
 func normalizeHost(h string) (Host, string) {
+	if host, ok := plainHost(h); ok {
+		return host, ""
+	}
+	return normalizeHostIDNA(h)
+}
+
+// plainHost is normalizeHost's fast path, taken by nearly every name a proxy or resolver
+// sees (the profile of a CONNECT tunnel showed the IDNA mapping at about 4% of its CPU):
+// ASCII letters, digits, hyphens and dots, one optional trailing dot, no punycode label,
+// not ending in a number, labels of 1-63 bytes that neither start nor end with a hyphen,
+// at most 253 bytes. For those, UTS #46 mapping for lookup is lower-casing and every IDNA
+// check passes, so the result is what normalizeHostIDNA returns. Anything else reports
+// false and takes the full path. TestPlainHost and FuzzPlainHost hold the two paths to the
+// same result.
+func plainHost(h string) (Host, bool) {
+	n := strings.TrimSuffix(h, ".")
+	if n == "" || len(n) > 253 {
+		return Host{}, false
+	}
+	upper := false
+	for i := 0; i < len(n); i++ {
+		switch c := n[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '.':
+		case c >= 'A' && c <= 'Z':
+			upper = true
+		default:
+			return Host{}, false
+		}
+	}
+	if upper {
+		n = strings.ToLower(n)
+	}
+	if strings.Contains(n, "xn--") || endsInNumber(n) || checkLabels(n) != "" {
+		return Host{}, false
+	}
+	return Host{Name: n}, true
+}
+
+// normalizeHostIDNA is normalizeHost for every input: IP literals, IDNA mapping and
+// validation, label checks.
+func normalizeHostIDNA(h string) (Host, string) {
 	switch {
 	case h == "":
 		return Host{}, "empty host"

@@ -97,20 +97,27 @@ func notProxy(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
-// serveConnect runs one CONNECT tunnel on the hijacked client connection: decide on the
-// name and port, take a tunnel slot, resolve and check the destination, then intercept
-// (when the decision says so) or relay bytes, screening the first ones for a TLS server name.
+// serveConnect runs a CONNECT that came through goproxy (not in the plain form the fast
+// path takes, see fastconnect.go) on the hijacked client connection.
 func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+	p.runConnect(client, r.URL.Host, requestID(r.Header))
+}
+
+// runConnect runs one CONNECT tunnel to target (the request's authority) on client, and
+// closes client: decide on the name and port, take a tunnel slot, resolve and check the
+// destination, then intercept (when the decision says so) or relay bytes, screening the
+// first ones for a TLS server name. Its answers do not depend on the request beyond target
+// and the request id (a CONNECT response is never one to a HEAD request).
+func (p *Proxy) runConnect(client net.Conn, target, reqID string) {
 	defer client.Close()
-	t := p.newTunnel(kindConnect, client.RemoteAddr())
-	t.reqID = requestID(r.Header)
+	t := p.newTunnelID(kindConnect, client.RemoteAddr(), reqID)
 	defer t.finish()
-	a, err := parseAuthority(r.URL.Host)
+	a, err := parseAuthority(target)
 	if err != nil {
-		t.dest = r.URL.Host
-		d := policy.Decision{Reason: policy.ReasonInvalidHost, Detail: fmt.Sprintf("CONNECT target %q is not host:port", r.URL.Host)}
+		t.dest = target
+		d := policy.Decision{Reason: policy.ReasonInvalidHost, Detail: fmt.Sprintf("CONNECT target %q is not host:port", target)}
 		t.refuse(d)
-		writeRaw(client, t.respond(denyResponse(r, d, t.pol, r.URL.Host, 0)))
+		writeRaw(client, t.respond(denyResponse(nil, d, t.pol, target, 0)))
 		return
 	}
 	t.dest = a.withPort(443)
@@ -130,7 +137,7 @@ func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyC
 	}
 	upstream, err := p.connectTunnel(t)
 	if err != nil {
-		writeRaw(client, t.respond(p.tunnelFailure(t, r, err)))
+		writeRaw(client, t.respond(p.tunnelFailure(t, nil, err)))
 		return
 	}
 	defer upstream.Close()
@@ -139,16 +146,18 @@ func (p *Proxy) serveConnect(r *http.Request, client net.Conn, _ *goproxy.ProxyC
 }
 
 // writeEstablished accepts the CONNECT; in report mode it says so when enforce would deny.
+// The response is built in one small buffer (it goes out on every tunnel).
 func (p *Proxy) writeEstablished(t *tunnel, client net.Conn) {
 	t.setStatus(http.StatusOK)
-	var b strings.Builder
-	b.WriteString("HTTP/1.1 200 Connection established\r\n")
-	b.WriteString(headerAirlockRequestID + ": " + t.reqID + "\r\n")
+	var buf [192]byte
+	b := append(buf[:0], "HTTP/1.1 200 Connection established\r\n"+headerAirlockRequestID+": "...)
+	b = append(b, t.reqID...)
+	b = append(b, "\r\n"...)
 	if decision, _ := t.outcome(); decision == audit.DecisionReport {
-		b.WriteString(headerDecision + ": " + audit.DecisionReport + "\r\n")
+		b = append(b, headerDecision+": "+audit.DecisionReport+"\r\n"...)
 	}
-	b.WriteString("\r\n")
-	_, _ = io.WriteString(client, b.String())
+	b = append(b, "\r\n"...)
+	_, _ = client.Write(b)
 }
 
 // screenStream is the screen of a tunnel that is not intercepted: it classifies what the

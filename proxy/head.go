@@ -15,6 +15,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 var errHeadMalformed = errors.New("malformed request head")
@@ -130,6 +131,9 @@ type headConn struct {
 	// the same memory instead of allocating per request.
 	store []byte
 	err   error // a read error to return once buf is drained
+	// got is set once a byte has arrived: Close spares a connection whose first request
+	// has begun (serveFirst).
+	got atomic.Bool
 
 	// mu guards mode, left and heads: handlers pop heads while a background read may be
 	// parsing the next one.
@@ -214,6 +218,9 @@ func (c *headConn) readHead() error {
 		}
 		n, err := c.Conn.Read(c.buf[len(c.buf):cap(c.buf)])
 		c.buf = c.buf[:len(c.buf)+n]
+		if n > 0 && !c.got.Load() {
+			c.got.Store(true)
+		}
 		if err != nil && n == 0 {
 			if isTimeout(err) {
 				return err
@@ -286,18 +293,4 @@ func (c *headConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
-}
-
-// headListener wraps the explicit listener's connections in headConns.
-type headListener struct {
-	net.Listener
-	max int
-}
-
-func (l *headListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &headConn{Conn: c, max: l.max}, nil
 }

@@ -33,6 +33,9 @@ type Proxy struct {
 	errorLog *log.Logger
 	open     atomic.Int64 // tunnels holding a slot
 	active   tracker      // tunnels and transparent connections, for Shutdown
+	// slowConnect sends every CONNECT through net/http and goproxy, as before the fast path
+	// (fastconnect.go): tests compare the two paths with it.
+	slowConnect atomic.Bool
 
 	// mu guards closed and listeners.
 	mu        sync.Mutex
@@ -76,8 +79,11 @@ func (p *Proxy) Serve(l net.Listener) error {
 		return ErrClosed
 	}
 	p.guard.Self().AddListener(l)
-	err := p.srv.Serve(&headListener{Listener: l, max: p.cfg.MaxHeaderBytes + 4096})
-	if errors.Is(err, http.ErrServerClosed) {
+	hl := newHeadListener(l, p.cfg.MaxHeaderBytes+4096)
+	defer hl.Close()
+	go p.acceptExplicit(hl)
+	err := p.srv.Serve(hl)
+	if errors.Is(err, http.ErrServerClosed) || p.isClosed() {
 		return ErrClosed
 	}
 	return fmt.Errorf("serve explicit proxy: %w", err)
@@ -138,6 +144,7 @@ func (p *Proxy) Close() error {
 	for l := range ls {
 		_ = l.Close()
 	}
+	p.active.closeFresh()
 	// An already-cancelled context makes Shutdown close the listeners and idle connections
 	// and return at once; busy connections close after their current response.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -200,7 +207,12 @@ type tracker struct {
 	idle     chan struct{} // closed when conns empties while someone waits
 }
 
-type trackedConn struct{ c io.Closer }
+type trackedConn struct {
+	c io.Closer
+	// fresh, when set, is a new explicit connection whose first head is being read: Close
+	// closes it while no byte has arrived on it.
+	fresh *headConn
+}
 
 // add tracks c until remove.
 func (t *tracker) add(c io.Closer) *trackedConn {
@@ -212,6 +224,28 @@ func (t *tracker) add(c io.Closer) *trackedConn {
 	e := &trackedConn{c: c}
 	t.conns[e] = struct{}{}
 	return e
+}
+
+// addFresh tracks a new explicit connection until remove; closeFresh closes it while no
+// byte has arrived on it.
+func (t *tracker) addFresh(c *headConn) *trackedConn {
+	e := t.add(c)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e.fresh = c
+	return e
+}
+
+// closeFresh closes the tracked new connections on which no byte has arrived, as net/http
+// closes idle connections when its server shuts down.
+func (t *tracker) closeFresh() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for e := range t.conns {
+		if e.fresh != nil && !e.fresh.got.Load() {
+			_ = e.c.Close()
+		}
+	}
 }
 
 func (t *tracker) remove(e *trackedConn) {

@@ -52,9 +52,14 @@ type tunnel struct {
 	once sync.Once
 }
 
-// newTunnel starts the bookkeeping of a tunnel from client.
+// newTunnel starts the bookkeeping of a tunnel from client, with a new request id.
 func (p *Proxy) newTunnel(kind string, client net.Addr) *tunnel {
-	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(), reqID: requestID(nil)}
+	return p.newTunnelID(kind, client, requestID(nil))
+}
+
+// newTunnelID starts the bookkeeping of a tunnel from client with request id reqID.
+func (p *Proxy) newTunnelID(kind string, client net.Addr, reqID string) *tunnel {
+	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(), reqID: reqID}
 	if client != nil {
 		t.client = client.String()
 	}
@@ -120,8 +125,10 @@ func (t *tunnel) finish() {
 func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.Reader) ([]byte, error)) {
 	idle := &idleClock{idle: p.cfg.IdleTimeout}
 	idle.progress()
+	// The client-to-upstream direction runs in a goroutine of its own; the other in this
+	// one, whose stack has already grown (one goroutine start and wake-up fewer per tunnel).
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		src, first := client, []byte(nil)
@@ -148,10 +155,7 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 		}
 		pipe(upstream, src, first, idle, &t.up, p.metrics.bytesUp)
 	}()
-	go func() {
-		defer wg.Done()
-		pipe(client, upstream, nil, idle, &t.down, p.metrics.bytesDown)
-	}()
+	pipe(client, upstream, nil, idle, &t.down, p.metrics.bytesDown)
 	wg.Wait()
 }
 
