@@ -2,8 +2,12 @@ package audit
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // countingWriter counts Write calls.
@@ -40,5 +44,67 @@ func TestBurstSharesWrites(t *testing.T) {
 	// events×linger shares a handful of writes instead of one each.
 	if w.writes > events/4 {
 		t.Errorf("%d events took %d writes; want them batched (at most %d)", events, w.writes, events/4)
+	}
+}
+
+// TestMirrorGathersBatches: with a file, each Commit waits for its own file write, and the
+// stderr copy gathers many of those batches into one write, with every line, in the file's
+// order, by Close.
+func TestMirrorGathersBatches(t *testing.T) {
+	w := &countingWriter{}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := New(Options{Writer: w, File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const events = 200
+	for i := range events {
+		// One at a time: each Commit returns after its own file write.
+		if err := Commit(l, Event{Kind: KindHTTP, Decision: DecisionAllow, Destination: fmt.Sprintf("h%d.test:443", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.buf.Bytes(), file) {
+		t.Fatalf("the stderr copy (%d bytes) differs from the file (%d bytes)", w.buf.Len(), len(file))
+	}
+	if got := len(decodeLines(t, file)); got != events {
+		t.Fatalf("got %d lines, want %d", got, events)
+	}
+	if w.writes >= events/2 {
+		t.Errorf("%d committed events took %d stderr writes; want the copy gathered (fewer than %d)", events, w.writes, events/2)
+	}
+}
+
+// TestMirrorCatchesUpWhenIdle: with no more events and no Close, the stderr copy still gets
+// a committed line (within mirrorMaxAge of its write).
+func TestMirrorCatchesUpWhenIdle(t *testing.T) {
+	w := &countingWriter{}
+	l, err := New(Options{Writer: w, File: filepath.Join(t.TempDir(), "audit.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := Commit(l, Event{Kind: KindHTTP, Decision: DecisionAllow, Destination: "a.test:443"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		n := w.buf.Len()
+		w.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the committed line never reached the stderr copy")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the copy, not a synchronisation
 	}
 }

@@ -49,8 +49,12 @@ type Logger struct {
 	opts    Options
 	primary io.Writer // the writer when there is no file, else nil
 	mirror  io.Writer // the writer when there is a file (best effort), else nil
-	file    *logFile
-	cp      *checkpointer // nil without a key
+	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt; only the
+	// writer goroutine touches them (writeMirror).
+	mirrorBuf []byte
+	mirrorAt  time.Time
+	file      *logFile
+	cp        *checkpointer // nil without a key
 
 	// mu guards pending and everything below it; flushed and space are signalled under it.
 	mu          sync.Mutex

@@ -76,18 +76,39 @@ func (l *Logger) writeLoop() {
 	defer tick.Stop()
 	rest := time.NewTimer(linger)
 	defer rest.Stop()
+	mirrorDue := time.NewTimer(mirrorMaxAge)
+	defer mirrorDue.Stop()
 	for {
-		select {
-		case <-l.wake:
-		case <-tick.C:
-		}
+		l.await(tick.C, mirrorDue)
 		ok, closed := l.flush()
 		l.maintain(closed)
 		if closed {
+			l.writeMirror(true)
 			return
 		}
 		if ok {
 			l.rest(rest)
+		}
+	}
+}
+
+// await waits for lines to write or a tick; meanwhile it copies written lines to the mirror
+// once they are due (writeMirror), so a copy is at most mirrorMaxAge behind the file.
+func (l *Logger) await(tick <-chan time.Time, due *time.Timer) {
+	l.writeMirror(false)
+	for {
+		var dueC <-chan time.Time
+		if len(l.mirrorBuf) > 0 {
+			due.Reset(time.Until(l.mirrorAt.Add(mirrorMaxAge)))
+			dueC = due.C
+		}
+		select {
+		case <-l.wake:
+			return
+		case <-tick:
+			return
+		case <-dueC:
+			l.writeMirror(true)
 		}
 	}
 }
@@ -125,7 +146,12 @@ func (l *Logger) flush() (ok, closed bool) {
 
 	err := l.writePrimary(batch)
 	if err == nil && l.mirror != nil {
-		_, _ = l.mirror.Write(batch) // stderr is a copy; the file is the record
+		// stderr is a copy; the file is the record. The copy goes out after the waiting
+		// Commit callers are released, gathered over several batches (writeMirror).
+		if len(l.mirrorBuf) == 0 {
+			l.mirrorAt = time.Now()
+		}
+		l.mirrorBuf = append(l.mirrorBuf, batch...)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -149,6 +175,32 @@ func (l *Logger) flush() (ok, closed bool) {
 		l.noteOutage()
 	}
 	return true, l.closed && len(l.pending) == 0
+}
+
+// Bounds of the mirror's lag behind the file: the copy is written once it holds
+// mirrorMaxBytes, or its oldest line is mirrorMaxAge old, or the Logger closes.
+const (
+	mirrorMaxBytes = 64 << 10
+	mirrorMaxAge   = 100 * time.Millisecond
+)
+
+// writeMirror copies the lines written to the file since the last copy to the mirror
+// (stderr) in one write: always with force, else when a bound is reached. Under load this
+// is one write to stderr per many batches instead of one per batch; the copy is best effort
+// and its order is the file's.
+func (l *Logger) writeMirror(force bool) {
+	if len(l.mirrorBuf) == 0 {
+		return
+	}
+	if !force && len(l.mirrorBuf) < mirrorMaxBytes && time.Since(l.mirrorAt) < mirrorMaxAge {
+		return
+	}
+	_, _ = l.mirror.Write(l.mirrorBuf)
+	if cap(l.mirrorBuf) > 4*mirrorMaxBytes {
+		l.mirrorBuf = nil // a burst grew it: let it go
+	} else {
+		l.mirrorBuf = l.mirrorBuf[:0]
+	}
 }
 
 // noteOutage queues an event saying how long the log could not be written and how many
