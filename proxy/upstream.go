@@ -112,8 +112,6 @@ func (p *Proxy) newUpstreams(dial dialFunc, h2 bool) *upstreams {
 	}}
 }
 
-
-
 // Upstream keep-alive pool sizes. A sandbox's clients often keep many connections to one host
 // (package managers, SDK pools); a pool smaller than that churns a new upstream connection for
 // a share of the requests (measured by make bench: 16 per host cost about a third of the
