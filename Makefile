@@ -70,20 +70,20 @@ run: build
 # namespace is never touched, and everything is removed at the end, on Ctrl-C too.
 demo: build
 	@[ "$$(id -u)" = 0 ] || { echo "make demo: needs root (network namespaces, cgroups, eBPF): sudo make demo"; exit 1; }
-	$(GO) run ./internal/demo --bin $(BIN) --policy deploy/examples/sandbox-policy.yaml
+	$(GO) run ./tools/demo --bin $(BIN) --policy deploy/examples/sandbox-policy.yaml
 
-# The credential tests run a real Vault (internal/vaulttest/server, its own module: Vault's
+# The credential tests run a real Vault (test/vaulttest/server, its own module: Vault's
 # BUSL code is never linked into airlock). Its binary is built once into $(CACHE)/ and rebuilt
 # only when its sources change; the first build takes minutes.
 vaulttest:
-	$(GO) run ./internal/vaulttest/buildserver
+	$(GO) run ./test/vaulttest/buildserver
 
-# The real-cluster tests (internal/kubecluster, AIRLOCK_CLUSTER_TESTS=1) run Kubernetes 1.37
-# built from source through internal/kubecluster/build (its own module) and containerd, runc,
+# The real-cluster tests (test/kubecluster, AIRLOCK_CLUSTER_TESTS=1) run Kubernetes 1.37
+# built from source through test/kubecluster/build (its own module) and containerd, runc,
 # CNI plugins and nft unpacked from Debian packages (needs apt-get update; nothing is
 # installed). Everything is cached in $(CACHE)/kubecluster; a cold build takes 6-10 minutes.
 kubecluster:
-	$(GO) run ./internal/kubecluster/buildcluster
+	$(GO) run ./test/kubecluster/buildcluster
 
 # Only cmd/airlock has files of the kube build (-tags kube): its tests run in both builds.
 test: vaulttest
@@ -93,13 +93,13 @@ test: vaulttest
 	$(GO) test -race -count=1 $(TESTFLAGS) -tags kube ./cmd/airlock/
 
 bench:
-	$(GO) run ./bench $(BENCHFLAGS)
+	$(GO) run ./tools/bench $(BENCHFLAGS)
 
 # On a real test cluster with the webhook and the node agent installed: apply->Ready of a
 # labelled pod and an unlabelled one (Pod Security "restricted"), and the injected sidecar's
 # RSS at idle and with 1 000 open tunnels. Root and the cluster binaries (make kubecluster).
 bench-kube: kubecluster
-	AIRLOCK_CLUSTER_TESTS=1 AIRLOCK_PRIVILEGED_TESTS=1 AIRLOCK_CLUSTER_BENCH=1 $(GO) test -count=1 -timeout 40m -run '^TestKubeBench$$' -v ./e2e/cluster/
+	AIRLOCK_CLUSTER_TESTS=1 AIRLOCK_PRIVILEGED_TESTS=1 AIRLOCK_CLUSTER_BENCH=1 $(GO) test -count=1 -timeout 40m -run '^TestKubeBench$$' -v ./test/e2e/cluster/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/privtest"
-	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/test/privtest"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 func TestExemptCgroupIsLeftAlone(t *testing.T) {

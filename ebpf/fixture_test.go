@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/privtest"
-	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/test/privtest"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 func TestMain(m *testing.M) {

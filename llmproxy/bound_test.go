@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/fakellm"
+	"github.com/airlock-dev/airlock/test/fakellm"
 )
 
 // gpt4oModel adds a model with a real OpenAI name (its tokenizer and image rules are known)

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/internal/fakellm"
+	"github.com/airlock-dev/airlock/test/fakellm"
 	"github.com/airlock-dev/airlock/policy"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/internal/fakellm"
-	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/test/fakellm"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // The official Node SDKs, pinned; installed from the npm registry once into the repository's

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/internal/fakellm"
+	"github.com/airlock-dev/airlock/test/fakellm"
 	"github.com/airlock-dev/airlock/policy"
 )
 

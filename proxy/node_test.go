@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // The Node HTTP client, pinned; installed from the npm registry once into the repository's

@@ -10,9 +10,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/airlock-dev/airlock/internal/privtest"
+	"github.com/airlock-dev/airlock/test/privtest"
 	"github.com/airlock-dev/airlock/internal/sidecar"
-	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/test/testnet"
 	"github.com/airlock-dev/airlock/sandbox"
 )
 

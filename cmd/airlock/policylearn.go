@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/policy"
-	"github.com/airlock-dev/airlock/policy/learn"
+	"github.com/airlock-dev/airlock/learn"
 )
 
 const learnHelp = `

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/airlock-dev/airlock/sandbox/kube"
-	"github.com/airlock-dev/airlock/sandbox/kube/kubetest"
+	"github.com/airlock-dev/airlock/test/kubetest"
 )
 
 // No API server runs here: the pod is created against client-go's fake clientset; the

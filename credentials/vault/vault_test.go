@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/credentials"
-	"github.com/airlock-dev/airlock/internal/vaulttest"
+	"github.com/airlock-dev/airlock/test/vaulttest"
 	"github.com/airlock-dev/airlock/policy"
 )
 

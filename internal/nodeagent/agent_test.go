@@ -17,8 +17,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/airlock-dev/airlock/internal/privtest"
-	"github.com/airlock-dev/airlock/internal/testnet"
+	"github.com/airlock-dev/airlock/test/privtest"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // testPinRoot keeps the agent tests' pins apart from anything real.

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/internal/privtest"
+	"github.com/airlock-dev/airlock/test/privtest"
 )
 
 // smallTmpfs mounts a tmpfs of size bytes on a new directory and unmounts it when the test

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/airlock-dev/airlock/sandbox/kube/kubetest"
+	"github.com/airlock-dev/airlock/test/kubetest"
 )
 
 // No API server can run in these tests (no etcd, no kube-apiserver binary here), so CreatePod

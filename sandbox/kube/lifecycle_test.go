@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/airlock-dev/airlock/sandbox/kube/kubetest"
+	"github.com/airlock-dev/airlock/test/kubetest"
 )
 
 // (The real API server runs these against the test cluster in e2e/cluster; these cases pin

@@ -1,0 +1,256 @@
+package depcheck
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/airlock-dev/airlock"
+
+// pkg is the part of `go list -json` this test reads. Imports are the production imports
+// (test files' imports are in other fields).
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+	// The files the build compiles.
+	GoFiles, TestGoFiles, XTestGoFiles []string
+}
+
+// listPackages lists the module's packages as built with the given build tags ("" for the
+// default build; -tags on the command line overrides any in $GOFLAGS).
+func listPackages(t *testing.T, tags string, patterns ...string) []pkg {
+	t.Helper()
+	if len(patterns) == 0 {
+		patterns = []string{module + "/..."}
+	}
+	cmd := exec.Command("go", append([]string{"list", "-json", "-tags=" + tags}, patterns...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(out)
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	return pkgs
+}
+
+// may is what one of our packages may import of ours: each allowed package with the reason.
+type may map[string]string
+
+// ours says, for every production package of ours, which of our packages it may import
+// (STYLE.md's diagram). A package missing here fails the test: a new package states its
+// place in the diagram when it is added.
+var ours = map[string]may{
+	"cmd/airlock": {
+		"internal/sidecar":   "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
+		"sandbox":            "airlock sandbox: the lifecycle manager",
+		"sandbox/kube":       "airlock sandbox --backend kubernetes, airlock webhook, and the pod watch of airlock node (the kube build, airlock-kube, only)",
+		"internal/nodeagent": "airlock node (the kube build only): flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
+		"policy":             "airlock policy check|explain|test, and loading a policy for sandbox and usage",
+		"proxy":              "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
+		"credentials":        "airlock policy placeholders computes placeholders with the state directory's key",
+		"llmproxy":           "airlock usage reads the usage ledger",
+		"learn":              "airlock policy learn|replay: candidate policies from audit trails",
+		"audit":              "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
+	},
+	"internal/sidecar": {
+		"proxy": "wires the proxy", "dnsfilter": "wires the DNS filter", "llmproxy": "wires the model API",
+		"ebpf": "the in-process eBPF enforcer is its first kernel Enforcer", "credentials": "wires the credential broker",
+		"credentials/vault": "wires the Vault source", "egress": "builds the one dial guard the proxy and the model API share",
+		"audit": "builds the audit logger once", "policy": "owns the policy store and its reloads",
+		"internal/trust":     "writes --ca-bundle-out",
+		"internal/nodeproto": "--node-agent: the sidecar's client of the node agent's protocol",
+		"sandbox":            "adapts ebpf to the sandbox manager's Kernel interface (SandboxKernel): sandbox reaches the kernel only through it",
+	},
+	"proxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
+		"proxy/internal/xconnect": "turns on HTTP/2 extended CONNECT (WebSocket over HTTP/2) before net/http initialises"},
+	"proxy/internal/xconnect": {},
+	"llmproxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
+		"llmproxy/translate": "translates calls between the OpenAI and Anthropic dialects"},
+	"llmproxy/translate": {},
+	"dnsfilter":          {"policy": "decides", "audit": "audits"},
+	"credentials":        {"policy": "secret specs and decisions", "audit": "audits fetches"},
+	"credentials/vault":  {"credentials": "implements its Source", "policy": "secret specs"},
+	"egress":             {"policy": "the one address classifier and the reason catalogue"},
+	"sandbox": {"policy": "checks the policy it starts a sidecar with",
+		"internal/trust": "builds the sandbox's CA bundle"},
+	"sandbox/kube": {"policy": "checks the policy of the pods it creates", "sandbox": "shares the manager's types"},
+	"learn":        {"policy": "writes and decides candidate policies", "audit": "reads audit trails"},
+	"internal/nodeagent": {"ebpf": "attaches and pins the programs on each pod's cgroup",
+		"internal/nodeproto": "serves the sidecar's protocol"},
+	"internal/nodeproto": {},
+	"ebpf":               {},
+	"internal/trust":     {},
+	"policy":             {},
+	"audit":              {},
+}
+
+// support are test and tooling packages: heavy-dependency rules apply to them, the diagram
+// does not.
+var support = []string{
+	"tools/bench", "test/e2e", "tools/demo", "test/depcheck", "test/fakellm", "test/privtest",
+	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest",
+	"test/kubecluster", "test/kubecluster/buildcluster", "test/kubecluster/probe", "test/e2e/cluster",
+	"internal/imagebuild", "internal/imagebuild/airlockimage",
+}
+
+// heavy bans importers outside allowed from importing any path with prefix banned.
+type heavy struct {
+	banned  string
+	allowed []string // import paths (relative to the module) that may import it
+	why     string
+}
+
+var heavies = []heavy{
+	{"github.com/elazarl/goproxy", []string{"proxy"}, "goproxy lives in proxy only"},
+	{"github.com/miekg/dns", []string{"dnsfilter", "test/testnet", "tools/demo"}, "miekg/dns lives in dnsfilter (and the outside resolver the tests and the demo play) only"},
+	{"github.com/cilium/ebpf", []string{"ebpf"}, "cilium/ebpf lives in ebpf only"},
+	{"github.com/hashicorp/vault", []string{"credentials/vault"}, "vault/api lives in credentials/vault only; Vault server code (BUSL) is never linked"},
+	{"k8s.io/", []string{"sandbox/kube", "test/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
+	{"sigs.k8s.io/", []string{"sandbox/kube", "test/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
+	{"github.com/google/go-containerregistry", []string{"internal/imagebuild"}, "image building (make image) lives in internal/imagebuild only, never in the airlock binary"},
+	{"github.com/tiktoken-go/tokenizer", []string{"llmproxy", "test/fakellm"}, "the tokenizer vocabularies (~10 MB of binary) live in llmproxy (and the fake provider that counts like the real APIs) only"},
+	{"k8s.io/client-go/kubernetes", []string{"test/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
+}
+
+// buildTags are the builds of the module: the default one (airlock, the sidecar) and the kube
+// one (airlock-kube, with the Kubernetes commands).
+var buildTags = []string{"", "kube"}
+
+func TestDependencyRules(t *testing.T) {
+	for _, tags := range buildTags {
+		t.Run("tags="+tags, func(t *testing.T) { checkRules(t, listPackages(t, tags)) })
+	}
+}
+
+// The sidecar build must not link the Kubernetes client: Go initialises every linked package
+// at every start, and these fault in about 6 MiB of the binary in every injected sidecar.
+// Only the kube build (airlock-kube) has them.
+func TestSidecarBuildLinksNoKubernetes(t *testing.T) {
+	kubePrefixes := []string{"k8s.io/", "sigs.k8s.io/", module + "/sandbox/kube"}
+	linked := func(tags string) []string {
+		var out []string
+		for _, p := range listPackages(t, tags, module+"/cmd/airlock") {
+			for _, d := range p.Deps {
+				if slices.ContainsFunc(kubePrefixes, func(pre string) bool { return strings.HasPrefix(d, pre) }) {
+					out = append(out, d)
+				}
+			}
+		}
+		return out
+	}
+	if got := linked(""); len(got) > 0 {
+		t.Errorf("the default build of cmd/airlock (the sidecar) links %s: the Kubernetes commands belong in files built with -tags kube", strings.Join(got, ", "))
+	}
+	if got := linked("kube"); !slices.Contains(got, module+"/sandbox/kube") {
+		t.Errorf("cmd/airlock built with -tags kube does not link sandbox/kube (links %v): the check above proves nothing", got)
+	}
+}
+
+// make test runs the tests of the kube build (-tags kube) in cmd/airlock only, where its
+// files are; a file of the kube build anywhere else would go untested.
+func TestKubeTagOnlyInCmdAirlock(t *testing.T) {
+	files := func(p pkg) []string {
+		return slices.Concat(p.GoFiles, p.TestGoFiles, p.XTestGoFiles)
+	}
+	lean := map[string][]string{}
+	for _, p := range listPackages(t, "") {
+		lean[p.ImportPath] = files(p)
+	}
+	var differ bool
+	for _, p := range listPackages(t, "kube") {
+		if slices.Equal(lean[p.ImportPath], files(p)) {
+			continue
+		}
+		if p.ImportPath != module+"/cmd/airlock" {
+			t.Errorf("%s has files only one of the builds compiles (-tags kube or not): add its tests with -tags kube to make test, or keep the kube build to cmd/airlock", p.ImportPath)
+		}
+		differ = true
+	}
+	if !differ {
+		t.Error("no package differs between the default build and -tags kube: cmd/airlock's kube files are gone, or go list ignores the tag")
+	}
+}
+
+func checkRules(t *testing.T, pkgs []pkg) {
+	t.Helper()
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		for _, imp := range p.Imports {
+			checkHeavy(t, rel, imp)
+			if strings.HasPrefix(imp, module+"/") {
+				checkOurs(t, rel, strings.TrimPrefix(imp, module+"/"))
+			}
+		}
+		if slices.Contains(support, rel) {
+			continue
+		}
+		if _, ok := ours[rel]; !ok {
+			t.Errorf("%s is not in the dependency rules: add what it may import, with reasons, to ours", rel)
+		}
+		if slices.Contains(p.Deps, "testing") {
+			t.Errorf("%s depends on package testing: production code never imports it", rel)
+		}
+	}
+}
+
+// checkHeavy holds the heavy third-party dependencies to their one package.
+func checkHeavy(t *testing.T, rel, imp string) {
+	t.Helper()
+	for _, h := range heavies {
+		if strings.HasPrefix(imp, h.banned) && !slices.Contains(h.allowed, rel) {
+			t.Errorf("%s imports %s: %s", rel, imp, h.why)
+		}
+	}
+}
+
+// checkOurs holds an import of one of our packages to the diagram.
+func checkOurs(t *testing.T, rel, imp string) {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(imp, "cmd/"):
+		t.Errorf("%s imports %s: nothing imports cmd", rel, imp)
+		return
+	case imp == "test/kubetest" && !slices.Contains(support, rel):
+		t.Errorf("%s imports %s: test support only", rel, imp)
+		return
+	}
+	allowed, ok := ours[rel]
+	if !ok {
+		return // support packages, and packages missing from ours (reported once)
+	}
+	if _, ok := allowed[imp]; !ok {
+		t.Errorf("%s imports %s: not in its dependency rules (%s); proxy, dnsfilter and llmproxy never import each other: internal/sidecar passes adapters", rel, imp, allowedList(allowed))
+	}
+}
+
+func allowedList(m may) string {
+	if len(m) == 0 {
+		return "it imports nothing of ours"
+	}
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return "it may import " + strings.Join(out, ", ")
+}
