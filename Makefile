@@ -6,6 +6,7 @@
 #   make demo      (root) a local sandbox in a throwaway world: allowed, denied, credential, LLM call
 #   make image     airlock's image tarball (offline, reproducible): bin/airlock-image.tar
 #   make kubecluster  build/cache the test cluster's binaries (for AIRLOCK_CLUSTER_TESTS=1)
+#   make deps      (root, Debian 12) install the packages the tests need (tools/deps.sh)
 #   make test      vet + every test, privileged ones included when run as root
 #   make bench     proxied req/s (HTTP and HTTPS) against direct, Squid and tinyproxy, as ratios
 #   make bench-kube  on the test cluster: apply->Ready with and without injection, sidecar RSS
@@ -34,7 +35,7 @@ BPF_CLANG_MAJOR ?= 14
 TESTFLAGS   ?=
 BENCHFLAGS  ?=
 
-.PHONY: all build image run demo test vaulttest kubecluster bench bench-kube lint generate fuzz clean
+.PHONY: all build image run demo deps test vaulttest kubecluster bench bench-kube lint generate fuzz clean
 
 all: build
 
@@ -86,13 +87,21 @@ kubecluster:
 	$(GO) run ./test/kubecluster/buildcluster
 
 # Only cmd/airlock has files of the kube build (-tags kube): its tests run in both builds.
+# The packages the tests need: tools/deps.sh says which, in one place. make test installs what
+# is missing first when it runs as root on Debian 12 (AIRLOCK_NO_INSTALL=1 stops that), and
+# otherwise names what is missing and how to install it.
+deps:
+	tools/deps.sh install test
+
 test: vaulttest
+	@tools/deps.sh ensure test
 	$(GO) vet ./...
 	$(GO) vet -tags kube ./cmd/airlock/
 	$(GO) test -race -count=1 $(TESTFLAGS) ./...
 	$(GO) test -race -count=1 $(TESTFLAGS) -tags kube ./cmd/airlock/
 
 bench:
+	@tools/deps.sh ensure bench
 	$(GO) run ./tools/bench $(BENCHFLAGS)
 
 # On a real test cluster with the webhook and the node agent installed: apply->Ready of a
