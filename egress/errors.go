@@ -29,6 +29,10 @@ var (
 	ErrResolve = errors.New("resolve failed")
 	// ErrUnchecked: Dial was given a Target that Resolve did not return (the zero Target).
 	ErrUnchecked = errors.New("target was not checked by the guard")
+	// ErrUpstreamProxy: the upstream proxy could not be reached, did not answer within its
+	// connect timeout, or refused the CONNECT (a *ProxyError holds its status). It is not a
+	// denial: callers answer it as an unreachable upstream (502), never by dialling directly.
+	ErrUpstreamProxy = errors.New("upstream proxy failed")
 )
 
 // Denial is a destination the guard refused. It unwraps to one of ErrInvalidHost,

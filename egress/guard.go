@@ -40,9 +40,13 @@ type Config struct {
 	// Self lists the sidecar's own listeners, which are never dialled. Nil means a new empty
 	// list (Guard.Self returns it so listeners can register).
 	Self *SelfAddrs
-	// Dial connects to one checked address. Nil means a TCP net.Dialer. Tests replace it to
-	// reach loopback servers through addresses the rules treat as public.
+	// Dial connects to one checked address directly. Nil means a TCP net.Dialer. Tests
+	// replace it to reach loopback servers through addresses the rules treat as public.
 	Dial func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
+	// Upstream is the upstream proxy every dial goes through unless its NoProxy list
+	// exempts the destination (then Dial is used). Nil means every dial is direct. A dial
+	// that should go through the proxy never falls back to a direct one.
+	Upstream *Upstream
 }
 
 // Guard resolves, checks and dials destinations. It is safe for concurrent use.
@@ -51,6 +55,7 @@ type Guard struct {
 	dialTimeout time.Duration
 	self        *SelfAddrs
 	dial        func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
+	upstream    *Upstream
 }
 
 // New returns a Guard for cfg; it has no side effects. Errors wrap ErrInvalidConfig.
@@ -58,7 +63,7 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.DialTimeout < 0 {
 		return nil, fmt.Errorf("validate egress guard config: DialTimeout %s is negative (use 0 for the default): %w", cfg.DialTimeout, ErrInvalidConfig)
 	}
-	g := &Guard{resolver: cfg.Resolver, dialTimeout: cfg.DialTimeout, self: cfg.Self, dial: cfg.Dial}
+	g := &Guard{resolver: cfg.Resolver, dialTimeout: cfg.DialTimeout, self: cfg.Self, dial: cfg.Dial, upstream: cfg.Upstream}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
@@ -80,6 +85,9 @@ func New(cfg Config) (*Guard, error) {
 // Self returns the guard's own-address list, for listeners to register into.
 func (g *Guard) Self() *SelfAddrs { return g.self }
 
+// Upstream returns the upstream proxy the guard dials through (nil when none).
+func (g *Guard) Upstream() *Upstream { return g.upstream }
+
 // Target is a destination the guard resolved and checked: every address was allowed for the
 // host and port. Only Resolve (and Pin) make one, so Dial can only reach checked addresses.
 type Target struct {
@@ -87,6 +95,9 @@ type Target struct {
 	port    int          // destination port
 	addrs   []netip.Addr // checked addresses, in resolver order, unmapped, distinct
 	literal bool         // host was an IP literal
+	// byName: the upstream proxy is asked to CONNECT to the name (UpstreamConfig.ByName);
+	// addrs may then be empty (the sidecar could not resolve the name).
+	byName bool
 }
 
 // Host returns the normalised host (punycode, lower case; an IP literal in canonical form).
@@ -95,8 +106,13 @@ func (t Target) Host() string { return t.host }
 // Port returns the destination port.
 func (t Target) Port() int { return t.port }
 
-// Addrs returns the checked addresses, in the resolver's order.
+// Addrs returns the checked addresses, in the resolver's order (none for a name the
+// sidecar could not resolve and sends to the upstream proxy by name).
 func (t Target) Addrs() []netip.Addr { return slices.Clone(t.addrs) }
+
+// ByName reports whether the upstream proxy will be asked to CONNECT to the name rather
+// than to a checked address (UpstreamConfig.ByName).
+func (t Target) ByName() bool { return t.byName }
 
 // withTimeout bounds ctx by the guard's DialTimeout unless it has a deadline already.
 func (g *Guard) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -108,7 +124,9 @@ func (g *Guard) withTimeout(ctx context.Context) (context.Context, context.Cance
 
 // Resolve resolves host once (an IP literal, in any spelling policy.NormalizeHost accepts,
 // is parsed, never resolved) and checks every address with rules and the own-address list;
-// one refused address refuses the whole answer. Errors: a *Denial unwrapping to
+// one refused address refuses the whole answer. With an upstream proxy in ByName mode, a
+// name the proxy is not exempted for and that does not resolve is returned unchecked, to be
+// sent to the proxy by name (what ByName gives up). Errors: a *Denial unwrapping to
 // ErrInvalidHost, ErrSelfAddress or ErrInternalAddress; else one wrapping ErrResolve (and the
 // resolver's error, timeouts included).
 func (g *Guard) Resolve(ctx context.Context, host string, port int, rules Rules) (Target, error) {
@@ -116,19 +134,23 @@ func (g *Guard) Resolve(ctx context.Context, host string, port int, rules Rules)
 	if err != nil {
 		return Target{}, deny(ErrInvalidHost, policy.ReasonInvalidHost, host, port, "host %q is not a valid host name or address", host)
 	}
+	byName := !h.IsIP() && g.upstream != nil && g.upstream.byName && !g.upstream.Direct(h.Name, netip.Addr{})
 	addrs := []netip.Addr{h.Addr}
 	if !h.IsIP() {
 		rctx, cancel := g.withTimeout(ctx)
 		addrs, err = g.resolver.LookupNetIP(rctx, "ip", h.Name)
 		cancel()
-		if err != nil {
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no addresses")
+		}
+		switch {
+		case err != nil && byName && ctx.Err() == nil:
+			return Target{host: h.Name, port: port, byName: true}, nil
+		case err != nil:
 			return Target{}, fmt.Errorf("resolve %s: %w: %w", h.Name, ErrResolve, err)
 		}
-		if len(addrs) == 0 {
-			return Target{}, fmt.Errorf("resolve %s: no addresses: %w", h.Name, ErrResolve)
-		}
 	}
-	t := Target{host: h.Name, port: port, literal: h.IsIP()}
+	t := Target{host: h.Name, port: port, literal: h.IsIP(), byName: byName}
 	for _, a := range addrs {
 		if a = a.Unmap(); !slices.Contains(t.addrs, a) {
 			t.addrs = append(t.addrs, a)
@@ -167,7 +189,7 @@ func (t Target) Pin(want netip.Addr, names NameAddrs) (Target, error) {
 		return Target{}, deny(ErrOriginalDstMismatch, policy.ReasonOriginalDstMismatch, t.host, t.port,
 			"original destination %s is not an address of %q", want, t.host)
 	}
-	t.addrs = []netip.Addr{want}
+	t.addrs, t.byName = []netip.Addr{want}, false // the sandbox's checked choice is dialled
 	return t, nil
 }
 
@@ -176,26 +198,45 @@ func (t Target) Pin(want netip.Addr, names NameAddrs) (Target, error) {
 // dialled. Errors: ErrUnchecked for a Target Resolve did not return; else the joined dial
 // errors (timeouts included).
 func (g *Guard) Dial(ctx context.Context, t Target) (net.Conn, netip.AddrPort, error) {
-	if len(t.addrs) == 0 {
+	if len(t.addrs) == 0 && !t.byName {
 		return nil, netip.AddrPort{}, fmt.Errorf("connect %s: %w", net.JoinHostPort(t.host, strconv.Itoa(t.port)), ErrUnchecked)
 	}
 	ctx, cancel := g.withTimeout(ctx)
 	defer cancel()
+	if t.byName {
+		// One CONNECT by name: the proxy picks the address. The first checked address (if
+		// any) is what the audit names.
+		var ap netip.AddrPort
+		if len(t.addrs) > 0 {
+			ap = netip.AddrPortFrom(t.addrs[0], uint16(t.port))
+		}
+		c, err := g.upstream.Connect(ctx, net.JoinHostPort(t.host, strconv.Itoa(t.port)))
+		return c, ap, err
+	}
 	var errs []error
 	for i, a := range t.addrs {
 		ap := netip.AddrPortFrom(a, uint16(t.port))
 		actx, acancel := context.WithTimeout(ctx, dialShare(ctx, len(t.addrs)-i))
-		c, err := g.dial(actx, ap)
+		c, err := g.dialChecked(actx, t.host, ap)
 		acancel()
 		if err == nil {
 			return c, ap, nil
 		}
 		errs = append(errs, err)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || proxyAtFault(err) {
 			break
 		}
 	}
 	return nil, netip.AddrPort{}, fmt.Errorf("connect %s: %w", net.JoinHostPort(t.host, strconv.Itoa(t.port)), errors.Join(errs...))
+}
+
+// dialChecked connects to one checked address: through the upstream proxy (a CONNECT to
+// the address, never the name) unless there is none or NoProxy exempts host or the address.
+func (g *Guard) dialChecked(ctx context.Context, host string, ap netip.AddrPort) (net.Conn, error) {
+	if g.upstream.Direct(host, ap.Addr()) {
+		return g.dial(ctx, ap)
+	}
+	return g.upstream.Connect(ctx, ap.String())
 }
 
 // DialContext returns a dial function for an http.Transport: it resolves and checks the
@@ -221,6 +262,17 @@ func (g *Guard) DialContext(rules Rules) func(ctx context.Context, network, addr
 		c, _, err := g.Dial(ctx, t)
 		return c, err
 	}
+}
+
+// proxyAtFault reports whether err is the upstream proxy failing whatever the address
+// (unreachable, authentication, its policy), so the next address would fail alike; a 5xx
+// answer is about the destination, and the next address may answer.
+func proxyAtFault(err error) bool {
+	var pe *ProxyError
+	if errors.As(err, &pe) {
+		return pe.Status < 500
+	}
+	return errors.Is(err, ErrUpstreamProxy)
 }
 
 // dialShare splits the time left in ctx among the addresses left to try.
