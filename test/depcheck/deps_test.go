@@ -108,7 +108,7 @@ var ours = map[string]may{
 // does not.
 var support = []string{
 	"tools/bench", "test/e2e", "tools/demo", "test/depcheck", "test/fakellm", "test/privtest",
-	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest",
+	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest", "test/upstreamproxy",
 	"test/kubecluster", "test/kubecluster/buildcluster", "test/kubecluster/probe", "test/e2e/cluster",
 	"internal/imagebuild", "internal/imagebuild/airlockimage",
 }
