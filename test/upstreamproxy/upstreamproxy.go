@@ -14,7 +14,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
-		"fmt"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
