@@ -48,15 +48,16 @@ const (
 
 // Reasons of the proxy's failures: an allowed request that could not be completed.
 const (
-	ReasonResolveFailed      Reason = "resolve_failed"      // the name did not resolve (502)
-	ReasonConnectFailed      Reason = "connect_failed"      // no checked address accepted the connection (502)
-	ReasonTimeout            Reason = "timeout"             // connect or response-header timeout (504)
-	ReasonUpgradeUnsupported Reason = "upgrade_unsupported" // a protocol upgrade the proxy does not relay (502)
-	ReasonInjectionFailed    Reason = "injection_failed"    // a credential could not be injected (503)
-	ReasonBodyLimit          Reason = "body_limit"          // the request body is over the limit (413)
-	ReasonNotProxyRequest    Reason = "not_a_proxy_request" // origin-form request sent to the proxy port (400)
-	ReasonUnsupportedScheme  Reason = "unsupported_scheme"  // a scheme other than http or https (400)
-	ReasonAuditUnavailable   Reason = "audit_unavailable"   // the audit log cannot be written: fail closed (503)
+	ReasonResolveFailed      Reason = "resolve_failed"        // the name did not resolve (502)
+	ReasonConnectFailed      Reason = "connect_failed"        // no checked address accepted the connection (502)
+	ReasonTimeout            Reason = "timeout"               // connect or response-header timeout (504)
+	ReasonUpstreamProxy      Reason = "upstream_proxy_failed" // the operator's upstream proxy refused, failed or did not answer (502)
+	ReasonUpgradeUnsupported Reason = "upgrade_unsupported"   // a protocol upgrade the proxy does not relay (502)
+	ReasonInjectionFailed    Reason = "injection_failed"      // a credential could not be injected (503)
+	ReasonBodyLimit          Reason = "body_limit"            // the request body is over the limit (413)
+	ReasonNotProxyRequest    Reason = "not_a_proxy_request"   // origin-form request sent to the proxy port (400)
+	ReasonUnsupportedScheme  Reason = "unsupported_scheme"    // a scheme other than http or https (400)
+	ReasonAuditUnavailable   Reason = "audit_unavailable"     // the audit log cannot be written: fail closed (503)
 )
 
 // Reasons of the credential broker.
@@ -184,6 +185,8 @@ var reasonCatalogue = []ReasonInfo{
 		"check that the destination is up and listens on that port"},
 	{ReasonTimeout, EmitProxy, http.StatusGatewayTimeout, "the connect or response-header timeout passed",
 		"retry later; for slow upstreams raise --response-header-timeout"},
+	{ReasonUpstreamProxy, EmitProxy, http.StatusBadGateway, "the upstream (corporate) proxy airlock must go through could not be reached, did not answer in time, or refused the connection (407, 403, 5xx); nothing was sent directly instead",
+		"retry later; the operator checks --upstream-proxy, its credentials and its CONNECT rules in the sidecar log"},
 	{ReasonUpgradeUnsupported, EmitProxy, http.StatusBadGateway, "a protocol upgrade the proxy does not relay: anything but WebSocket (h2c included; refused with 403), CONNECT inside HTTP/2, or an upstream 101 that is not a valid WebSocket handshake (502)",
 		"use plain HTTP/1.1 or HTTP/2 (over TLS), or WebSocket over HTTP/1.1"},
 	{ReasonInjectionFailed, EmitProxy, http.StatusServiceUnavailable, "a credential the rule injects could not be had; nothing was sent",

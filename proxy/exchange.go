@@ -316,6 +316,8 @@ func (x *exchange) upstreamFailure(r *http.Request, err error) *http.Response {
 	}
 	x.setError(err)
 	switch {
+	case errors.Is(err, egress.ErrUpstreamProxy): // before timeouts: the proxy is what failed
+		return x.fail(r, policy.ReasonUpstreamProxy)
 	case isTimeout(err):
 		return x.fail(r, policy.ReasonTimeout)
 	case errors.Is(err, egress.ErrResolve):

@@ -443,6 +443,8 @@ func (p *Proxy) tunnelFailure(t *tunnel, r *http.Request, err error) *http.Respo
 	}
 	t.setError(err)
 	switch {
+	case errors.Is(err, egress.ErrUpstreamProxy): // before timeouts: the proxy is what failed
+		return failResponse(r, policy.ReasonUpstreamProxy, t.host, t.port)
 	case isTimeout(err):
 		return failResponse(r, policy.ReasonTimeout, t.host, t.port)
 	case errors.Is(err, egress.ErrResolve):
