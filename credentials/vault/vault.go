@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -61,6 +62,11 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives operational logs (never tokens or values). Nil discards them.
 	Logger *logrus.Logger
+	// Dial connects to Vault: the sidecar passes its operator dial path
+	// (egress.Operator.DialContext), which goes through the upstream proxy unless exempted.
+	// Nil means a direct TCP net.Dialer. HTTP_PROXY, HTTPS_PROXY and NO_PROXY are never
+	// consulted either way (vault/api's default transport would).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Source reads secrets from Vault. Create it with New, start it with Start, stop it with
@@ -140,12 +146,21 @@ func New(cfg Config) (*Source, error) {
 	ac.Timeout = cfg.Timeout
 	ac.MaxRetries = 0 // the broker's cache rides out short outages; retries only delay 503s
 	ac.SRVLookup, ac.Limiter = false, nil
-	if tr, ok := ac.HttpClient.Transport.(*http.Transport); ok {
-		tr.TLSClientConfig.InsecureSkipVerify = false
-		tr.TLSClientConfig.ServerName = ""
-		tr.TLSClientConfig.RootCAs = nil // system roots unless CACertFile
-		tr.TLSClientConfig.GetClientCertificate = nil
+	tr, ok := ac.HttpClient.Transport.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("new vault source: vault/api's transport is a %T, not an *http.Transport", ac.HttpClient.Transport)
 	}
+	// cleanhttp's transport (vault/api's default) takes its proxy from HTTP(S)_PROXY: a path
+	// nobody chose. The connection goes where Dial sends it, and nowhere else.
+	tr.Proxy = nil
+	tr.DialContext = cfg.Dial
+	if tr.DialContext == nil {
+		tr.DialContext = (&net.Dialer{Timeout: cfg.Timeout}).DialContext
+	}
+	tr.TLSClientConfig.InsecureSkipVerify = false
+	tr.TLSClientConfig.ServerName = ""
+	tr.TLSClientConfig.RootCAs = nil // system roots unless CACertFile
+	tr.TLSClientConfig.GetClientCertificate = nil
 	if cfg.CACertFile != "" {
 		if err := ac.ConfigureTLS(&api.TLSConfig{CACert: cfg.CACertFile}); err != nil {
 			return nil, fmt.Errorf("new vault source: CA %s: %w", cfg.CACertFile, err)

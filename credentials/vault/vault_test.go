@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/credentials"
+	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/test/upstreamproxy"
 	"github.com/airlock-dev/airlock/test/vaulttest"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -470,4 +473,61 @@ func startSourceErr(t *testing.T, cfg Config) error {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s.Start(context.Background())
+}
+
+// TestNoProxyFromEnvironment: the Vault client never takes a proxy from the sidecar's
+// environment (vault/api's default transport honours HTTP(S)_PROXY and VAULT_HTTP_PROXY): it
+// connects directly, or through the dial path it is given (the operator path and its
+// upstream proxy, which the corporate proxy's log then shows).
+func TestNoProxyFromEnvironment(t *testing.T) {
+	v := vaulttest.Start(t)
+	v.PutKV(t, "proxied", map[string]any{"v": "through-the-right-path"})
+	trap := startProxy(t)
+	for _, name := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
+		"VAULT_HTTP_PROXY", "VAULT_PROXY_ADDR"} {
+		t.Setenv(name, trap.URL())
+	}
+	t.Setenv("NO_PROXY", "")
+	t.Setenv("no_proxy", "")
+	vaultAuthority := strings.TrimPrefix(v.Address, "https://")
+	for _, via := range []string{"direct", "operator path through the upstream proxy"} {
+		t.Run(via, func(t *testing.T) {
+			cfg := Config{Address: v.Address, CACertFile: v.CACertFile, Token: v.RootToken}
+			var corp *upstreamproxy.Proxy
+			if via != "direct" {
+				corp = startProxy(t)
+				up, err := egress.NewUpstream(egress.UpstreamConfig{URL: corp.URL()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				op, err := egress.NewOperator(egress.Config{Upstream: up})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Dial = op.DialContext(egress.AllRanges())
+			}
+			src := startSource(t, cfg)
+			got, err := src.Fetch(context.Background(), "p", kv("secret/data/proxied", "v", 0))
+			if err != nil || got.Secret != "through-the-right-path" {
+				t.Fatalf("fetch: %v", err)
+			}
+			if corp != nil {
+				if l := corp.Log(); len(l) == 0 || l[0].Authority != vaultAuthority {
+					t.Fatalf("upstream proxy saw %v, want CONNECT %s", l, vaultAuthority)
+				}
+			}
+			if l := trap.Log(); len(l) != 0 {
+				t.Fatalf("the environment's proxy saw %v", l)
+			}
+		})
+	}
+}
+
+func startProxy(t *testing.T) *upstreamproxy.Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstreamproxy.Start(t, ln, upstreamproxy.Config{})
 }
