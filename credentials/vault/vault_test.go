@@ -22,9 +22,9 @@ import (
 
 	"github.com/airlock-dev/airlock/credentials"
 	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/test/upstreamproxy"
 	"github.com/airlock-dev/airlock/test/vaulttest"
-	"github.com/airlock-dev/airlock/policy"
 )
 
 func writeFile(t *testing.T, name, content string) string {
