@@ -45,12 +45,23 @@ func (o *Operator) DialContext(ranges Ranges) func(ctx context.Context, network,
 	return o.g.DialContext(ranges)
 }
 
+// TLSConfig returns a new TLS client configuration for the operator path: TLS 1.2 or
+// later, verified against the system roots plus the upstream proxy's CAs (an inspecting
+// proxy re-signs the origins; UpstreamConfig.CAPEM).
+func (o *Operator) TLSConfig() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: o.g.upstream.Roots()}
+}
+
+// Self returns the own-address list the path refuses (shared with the sandbox's Guard when
+// built from the same Config), for listeners to register into.
+func (o *Operator) Self() *SelfAddrs { return o.g.self }
+
 // Transport returns a new http.Transport that dials through DialContext(ranges), verifies
-// TLS with tlsConfig (nil: the system roots; the transport owns a clone) and never uses an
-// HTTP proxy from the environment. Timeouts bound the dial (the guard's DialTimeout) and
-// the TLS handshake; the caller bounds the rest with its request's context.
+// TLS with tlsConfig (nil: TLSConfig(); the transport owns a clone) and never uses an HTTP
+// proxy from the environment. Timeouts bound the dial (the guard's DialTimeout) and the TLS
+// handshake; the caller bounds the rest with its request's context.
 func (o *Operator) Transport(ranges Ranges, tlsConfig *tls.Config) *http.Transport {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	tc := o.TLSConfig()
 	if tlsConfig != nil {
 		tc = tlsConfig.Clone()
 	}

@@ -22,10 +22,12 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -59,8 +61,11 @@ type UpstreamConfig struct {
 	// URL is the proxy, http://host:port or https://host:port (no path, query or user
 	// information: credentials come from Credentials). A missing port is 80 or 443. Required.
 	URL string
-	// RootCAs verifies an https:// proxy's certificate. Nil means the system roots.
-	RootCAs *x509.CertPool
+	// CAPEM holds PEM certificates (--upstream-proxy-ca) trusted besides the system roots:
+	// to verify an https:// proxy's certificate, and, for an inspecting proxy that re-signs
+	// the origins' certificates, every origin reached through it (Roots; the sandbox's CA
+	// bundle gains them too). Empty means the system roots only.
+	CAPEM []byte
 	// Credentials supplies Basic credentials. Nil sends none.
 	Credentials ProxyCredentials
 	// ConnectTimeout bounds each CONNECT: dialling the proxy, the TLS handshake with an
@@ -92,6 +97,8 @@ type Upstream struct {
 	byName  bool
 	noProxy NoProxy
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	cas     []*x509.Certificate
+	roots   *x509.CertPool // system roots plus cas; nil when cas is empty
 }
 
 // NewUpstream validates cfg and returns its Upstream; it has no side effects. Errors wrap
@@ -112,11 +119,57 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	if up.dial == nil {
 		up.dial = (&net.Dialer{}).DialContext
 	}
+	if up.cas, err = parseCAs(cfg.CAPEM); err != nil {
+		return nil, err
+	}
+	if len(up.cas) > 0 {
+		if up.roots, err = x509.SystemCertPool(); err != nil || up.roots == nil {
+			up.roots = x509.NewCertPool() // no system roots: the configured CAs alone
+		}
+		for _, c := range up.cas {
+			up.roots.AddCert(c)
+		}
+	}
 	if u.Scheme == "https" {
-		up.tls = &tls.Config{ServerName: u.Hostname(), RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12,
+		up.tls = &tls.Config{ServerName: u.Hostname(), RootCAs: up.roots, MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"http/1.1"}}
 	}
 	return up, nil
+}
+
+// parseCAs parses PEM certificates; anything but CERTIFICATE blocks is an error.
+func parseCAs(b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	for len(bytes.TrimSpace(b)) > 0 {
+		blk, rest := pem.Decode(b)
+		if blk == nil || blk.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("validate upstream proxy: CA file holds something other than PEM certificates: %w", ErrInvalidConfig)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("validate upstream proxy: CA certificate %d: %w: %w", len(out)+1, ErrInvalidConfig, err)
+		}
+		out, b = append(out, c), rest
+	}
+	return out, nil
+}
+
+// Roots returns the system roots plus the configured CAs (UpstreamConfig.CAPEM), for TLS to
+// origins reached through the proxy; nil (the system roots) when no CA is configured or
+// the Upstream is nil.
+func (u *Upstream) Roots() *x509.CertPool {
+	if u == nil {
+		return nil
+	}
+	return u.roots
+}
+
+// CAs returns the configured CAs (for the sandbox's CA bundle).
+func (u *Upstream) CAs() []*x509.Certificate {
+	if u == nil {
+		return nil
+	}
+	return u.cas
 }
 
 // parseProxyURL checks an upstream proxy URL and fills in its default port.

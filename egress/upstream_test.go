@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -338,8 +338,7 @@ func TestUpstreamHTTPSProxy(t *testing.T) {
 	srv := httptest.NewUnstartedServer(nil) // for its certificate only
 	srv.StartTLS()
 	cert := srv.TLS.Certificates[0]
-	roots := x509.NewCertPool()
-	roots.AddCert(srv.Certificate())
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	srv.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -351,12 +350,12 @@ func TestUpstreamHTTPSProxy(t *testing.T) {
 			return (&net.Dialer{}).DialContext(ctx, network, good)
 		}})
 	for _, tc := range []struct {
-		name  string
-		roots *x509.CertPool
-		ok    bool
-	}{{"with the CA", roots, true}, {"without it", nil, false}} {
+		name string
+		ca   []byte
+		ok   bool
+	}{{"with the CA", caPEM, true}, {"without it", nil, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			up, err := NewUpstream(UpstreamConfig{URL: p.URL(), RootCAs: tc.roots})
+			up, err := NewUpstream(UpstreamConfig{URL: p.URL(), CAPEM: tc.ca})
 			if err != nil {
 				t.Fatal(err)
 			}
