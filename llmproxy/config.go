@@ -42,12 +42,14 @@ type Config struct {
 	Logger logrus.FieldLogger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
-	// Guard is the sidecar's SSRF dial guard, shared with the egress proxy: it resolves each
-	// provider name once, refuses an answer holding an internal address the provider does not
-	// name (allowInternal, or an IP-address base URL) and the sidecar's own listeners (no call
-	// may loop back), and dials only checked addresses. Serve registers the model API's
-	// listener in its own-address list. Nil means a guard of its own with the system resolver.
-	Guard *egress.Guard
+	// Operator is the sidecar's operator dial path (provider calls are airlock's own
+	// connections, not the sandbox's): it resolves each provider name once, refuses an
+	// answer holding an internal address the provider does not name (allowInternal, or an
+	// IP-address base URL) and the sidecar's own listeners (no call may loop back), dials
+	// only checked addresses, through the upstream proxy unless exempted, and verifies TLS
+	// against its roots (Operator.TLSConfig). Serve registers the model API's listener in
+	// its own-address list. Nil means a direct path of its own with the system resolver.
+	Operator *egress.Operator
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// RetryBackoff is the first retry's delay, doubled for each further one (with jitter up

@@ -64,14 +64,14 @@ func New(cfg Config) (*Proxy, error) {
 	if p.maxBody <= 0 {
 		p.maxBody = DefaultMaxBodyBytes
 	}
-	guard := cfg.Guard
-	if guard == nil {
+	op := cfg.Operator
+	if op == nil {
 		var err error
-		if guard, err = egress.New(egress.Config{}); err != nil {
+		if op, err = egress.NewOperator(egress.Config{}); err != nil {
 			return nil, fmt.Errorf("llmproxy: %w", err)
 		}
 	}
-	p.transports = &transports{guard: guard, byKey: make(map[string]*http.Transport)}
+	p.transports = &transports{op: op, byKey: make(map[string]*http.Transport)}
 	p.metrics = newMetrics(cfg.Registerer)
 	p.tok = newTokenizers()
 	t := cfg.Ledger.Totals()
@@ -97,7 +97,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.mux.ServeH
 // Serve serves the model API on ln until Shutdown (after which it returns
 // http.ErrServerClosed, also when Shutdown came first).
 func (p *Proxy) Serve(ln net.Listener) error {
-	p.transports.guard.Self().AddListener(ln)
+	p.transports.op.Self().AddListener(ln)
 	return p.srv.Serve(ln)
 }
 

@@ -22,15 +22,16 @@ import (
 
 // The provider base URLs are destinations of the sidecar itself, not of the sandbox: they
 // need no egress rule (the sandbox never connects to them; the kernel and the proxy keep
-// denying it). They still go through the sidecar's one SSRF guard (egress.Guard), under the
-// rule the proxy follows too: a provider name is resolved once, and an answer holding any
+// denying it). They go through the sidecar's operator dial path (egress.Operator: the
+// upstream proxy unless exempted, never a proxy from the environment), under the SSRF rule
+// the egress proxy follows too: a provider name is resolved once, and an answer holding any
 // internal address (policy.ClassifyAddr) is refused whole unless the provider names the range
 // — allowInternal names every range, a base URL that is an IP address names that address.
 // The sidecar's own listeners are never dialled.
 
 // transports keeps one http.Transport per provider setting, so connections are reused.
 type transports struct {
-	guard *egress.Guard
+	op *egress.Operator
 
 	// mu guards byKey.
 	mu    sync.Mutex
@@ -46,8 +47,9 @@ func (t *transports) get(r *route) *http.Transport {
 		return tr
 	}
 	tr := &http.Transport{
-		Proxy:                 nil, // the sidecar never sends model calls through a proxy
+		Proxy:                 nil, // never HTTP(S)_PROXY: the operator path decides
 		DialContext:           t.dialer(providerRanges(r), r.connect),
+		TLSClientConfig:       t.op.TLSConfig(),
 		ForceAttemptHTTP2:     true,
 		TLSHandshakeTimeout:   r.connect,
 		ResponseHeaderTimeout: r.firstByte,
@@ -86,7 +88,7 @@ func providerRanges(r *route) egress.Ranges {
 // within timeout (name resolution included, as net.Dialer's Timeout). A refused destination
 // is returned as ErrInternalAddress (wrapping the *egress.Denial).
 func (t *transports) dialer(ranges egress.Ranges, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	dial := t.guard.DialContext(ranges)
+	dial := t.op.DialContext(ranges)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()

@@ -104,7 +104,22 @@ func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
 	limitFlags(fs, &c.Limits)
 	credentialFlags(fs, c)
 	auditFlags(fs, c)
+	upstreamProxyFlags(fs, &c.UpstreamProxy)
 	return fs, c
+}
+
+// upstreamProxyFlags registers the corporate proxy the sidecar's connections go through. They
+// are the operator's (flags, AIRLOCK_* variables, the webhook's flags for injected sidecars),
+// never a policy's; HTTP_PROXY, HTTPS_PROXY and NO_PROXY in airlock's own environment are
+// ignored.
+func upstreamProxyFlags(fs *flagSet, u *sidecar.UpstreamProxyConfig) {
+	fs.StringVar(&u.URL, "upstream-proxy", "", "send every connection (the sandbox's and airlock's own: Vault, model providers) through this HTTP proxy with CONNECT: http://host:port or https://host:port; empty: direct")
+	fs.StringVar(&u.CAFile, "upstream-proxy-ca", "", "PEM file of CAs to trust besides the system roots: an https:// upstream proxy's, and an inspecting proxy's that re-signs origins (also added to --ca-bundle-out)")
+	fs.StringVar(&u.AuthFile, "upstream-proxy-auth-file", "", "file holding the upstream proxy's Basic credentials, user:password; re-read after a 407")
+	fs.StringVar(&u.AuthVault, "upstream-proxy-auth-vault", "", "Vault KV path whose fields username and password are the upstream proxy's Basic credentials (Vault must be in --upstream-no-proxy); re-read after a 407")
+	fs.StringVar(&u.NoProxy, "upstream-no-proxy", "", "comma-separated destinations reached directly, not through --upstream-proxy: host patterns as the policy writes them (api.corp.example, *.corp.example) and CIDR ranges")
+	fs.BoolVar(&u.ByName, "upstream-proxy-by-name", false, "ask the upstream proxy to CONNECT to the name instead of the address airlock resolved and checked, for networks where airlock cannot resolve external names; the proxy's resolution then decides the address")
+	fs.DurationVar(&u.ConnectTimeout, "upstream-proxy-connect-timeout", sidecar.DefaultUpstreamConnectTimeout, "bound on each CONNECT through the upstream proxy: connecting to it, its TLS handshake and its answer (502 upstream_proxy_failed beyond)")
 }
 
 // limitFlags registers the proxy's resource limits.

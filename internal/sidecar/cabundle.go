@@ -10,10 +10,15 @@ import (
 // (--ca-bundle-out): the system roots (none found leaves only the CA, so tunnelled TLS fails
 // closed) followed by caPEM. In a Kubernetes pod the app containers mount it read-only, so
 // they trust the interception CA without ever seeing its key (which stays in --state-dir).
-// An empty file does nothing.
-func writeCABundle(file string, caPEM []byte) error {
+// upstreamCA (--upstream-proxy-ca) is appended: an inspecting upstream proxy re-signs the
+// origins of passthrough tunnels, which the sandbox's clients then verify. An empty file
+// does nothing.
+func writeCABundle(file string, caPEM, upstreamCA []byte) error {
 	if file == "" {
 		return nil
+	}
+	if len(upstreamCA) > 0 {
+		caPEM = append(append(append([]byte(nil), caPEM...), '\n'), upstreamCA...)
 	}
 	bundle, err := trust.Build(nil, "airlock sidecar interception CA", caPEM)
 	if err != nil {

@@ -81,6 +81,9 @@ type Config struct {
 	Vault VaultConfig
 	// CredentialCacheTTL is how long a fetched secret may be used (--credential-cache-ttl).
 	CredentialCacheTTL time.Duration
+	// UpstreamProxy is the corporate proxy every connection goes through (--upstream-proxy
+	// and its companions); the zero value means none.
+	UpstreamProxy UpstreamProxyConfig
 
 	// Stderr receives operational logs and audit events (JSON lines), scrubbed of every
 	// secret value the broker knows. Nil means os.Stderr.
@@ -187,7 +190,7 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel)
 	}
-	return nil
+	return c.UpstreamProxy.validate(c.Vault.Addr)
 }
 
 // validateKernel checks the kernel enforcement settings.

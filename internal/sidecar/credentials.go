@@ -6,12 +6,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/credentials"
 	"github.com/airlock-dev/airlock/credentials/vault"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/llmproxy"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
@@ -31,8 +33,10 @@ var (
 type credentialBroker struct {
 	s *Sidecar
 
-	broker       *credentials.Broker
-	vault        *vault.Source
+	broker *credentials.Broker
+	vault  *vault.Source
+	// vaultSrc is vault, for readers outside the start (the upstream proxy's credentials).
+	vaultSrc     atomic.Pointer[vault.Source]
 	placeholders *credentials.Placeholders
 
 	// mu guards gen, the generation of the last policy whose placeholders were written, and
@@ -110,6 +114,7 @@ func (cb *credentialBroker) startVault(ctx context.Context, pol *policy.Policy) 
 		RoleIDFile: v.RoleIDFile, SecretIDFile: v.SecretIDFile, AppRoleMount: v.AppRoleMount,
 		KubernetesRole: v.K8sRole, KubernetesJWTFile: v.K8sJWTFile, KubernetesMount: v.K8sMount,
 		Logger: cb.s.log,
+		Dial:   cb.s.operator.DialContext(egress.AllRanges()), // the operator configured Vault's address
 	})
 	if err != nil {
 		return err
@@ -118,8 +123,12 @@ func (cb *credentialBroker) startVault(ctx context.Context, pol *policy.Policy) 
 		cb.s.log.WithError(err).Warn("vault login failed at start; retrying in the background (vault secrets fail closed until then)")
 	}
 	cb.vault = src
+	cb.vaultSrc.Store(src)
 	return nil
 }
+
+// vaultSource returns the Vault source once started (nil before, or without --vault-addr).
+func (cb *credentialBroker) vaultSource() *vault.Source { return cb.vaultSrc.Load() }
 
 // injector is the proxy's Injector (nil when the broker did not start).
 func (cb *credentialBroker) injector() proxy.Injector {

@@ -48,7 +48,7 @@ func (l *llmComponent) start(context.Context) error {
 		Audit:      s.audit,
 		Logger:     s.log,
 		Registerer: s.reg,
-		Guard:      s.guard,
+		Operator:   s.operator,
 	})
 	if err != nil {
 		return err

@@ -34,6 +34,8 @@ func (p *proxyComponent) start(context.Context) error {
 		NameAddrs:   s.dns.nameAddrs(),
 		OriginalDst: s.kernel.originalDst(),
 		Injector:    s.creds.injector(),
+		// Origins through an inspecting upstream proxy are re-signed by its CA.
+		UpstreamRoots: s.upstream.Roots(),
 
 		MaxTunnels:            lim.MaxTunnels,
 		DialTimeout:           lim.DialTimeout,

@@ -50,6 +50,11 @@ type Sidecar struct {
 	answers *egress.AnswerCache
 	ca      *proxy.CA
 	guard   *egress.Guard
+	// operator is the dial path of the sidecar's own connections (Vault, model providers):
+	// the guard's resolver, own listeners and upstream proxy, none of the sandbox's policy.
+	operator *egress.Operator
+	// upstream is the upstream proxy both paths go through (nil: direct).
+	upstream *egress.Upstream
 	// self is the guard's own-address list: every listener registers into it as it opens,
 	// and the proxy and the model API never dial any of them.
 	self *egress.SelfAddrs
@@ -168,8 +173,10 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 	s.log.WithFields(logrus.Fields{
 		"proxy": s.cfg.ProxyAddr, "admin": s.cfg.AdminAddr, "policy": pol.Name(), "mode": pol.Mode(),
 		"sandbox": s.cfg.Sandbox, "environment": s.cfg.Environment, "state_dir": s.cfg.StateDir,
+		"egress": s.operator.String(),
 	}).Info("airlock listening")
 	close(s.ready)
+	s.checkUpstreamResolution(pol)
 	return nil
 }
 
@@ -200,7 +207,12 @@ func (s *Sidecar) shared() error {
 		s.audit.Close()
 		return err
 	}
-	if err := writeCABundle(s.cfg.CABundleOut, s.ca.CertPEM()); err != nil {
+	var upstreamCA []byte
+	if s.upstream, upstreamCA, err = s.buildUpstream(); err != nil {
+		s.audit.Close()
+		return err
+	}
+	if err := writeCABundle(s.cfg.CABundleOut, s.ca.CertPEM(), upstreamCA); err != nil {
 		s.audit.Close()
 		return err
 	}
@@ -208,8 +220,15 @@ func (s *Sidecar) shared() error {
 		s.audit.Close()
 		return err
 	}
-	// One SSRF dial guard for everything that dials out (the proxy and the model API).
-	if s.guard, err = egress.New(egress.Config{Resolver: s.resolver, DialTimeout: s.cfg.Limits.DialTimeout, Self: s.self}); err != nil {
+	// One SSRF dial guard for everything the sandbox reaches (the proxy), one operator dial
+	// path for the sidecar's own connections (Vault, the model API's providers); both share
+	// the resolver, the own-address list and the upstream proxy.
+	gc := egress.Config{Resolver: s.resolver, DialTimeout: s.cfg.Limits.DialTimeout, Self: s.self, Upstream: s.upstream}
+	if s.guard, err = egress.New(gc); err != nil {
+		s.audit.Close()
+		return err
+	}
+	if s.operator, err = egress.NewOperator(gc); err != nil {
 		s.audit.Close()
 		return err
 	}
