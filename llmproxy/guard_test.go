@@ -136,12 +136,12 @@ func TestProviderMixedAnswer(t *testing.T) {
 				answer["provider.test"] = append(answer["provider.test"], netip.MustParseAddr(a))
 			}
 			rec := &dialRecorder{}
-			g, err := egress.New(egress.Config{Resolver: fakeDNS(answer), Dial: rec.dial})
+			op, err := egress.NewOperator(egress.Config{Resolver: fakeDNS(answer), Dial: rec.dial})
 			if err != nil {
 				t.Fatal(err)
 			}
-			g.Self().Add(netip.MustParseAddrPort("198.18.0.5:8080"))
-			tr := &transports{guard: g}
+			op.Self().Add(netip.MustParseAddrPort("198.18.0.5:8080"))
+			tr := &transports{op: op}
 			r := &route{base: &url.URL{Scheme: "http", Host: "provider.test:8080"}, allowInternal: tc.allowInternal}
 			dial := tr.dialer(providerRanges(r), 5*time.Second)
 			c, err := dial(context.Background(), "tcp", "provider.test:8080")

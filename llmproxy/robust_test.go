@@ -104,11 +104,11 @@ func TestStreamCutWhenProviderOverspends(t *testing.T) {
 }
 
 func TestDialerRefusesInternalNames(t *testing.T) {
-	g, err := egress.New(egress.Config{})
+	op, err := egress.NewOperator(egress.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &transports{guard: g}
+	tr := &transports{op: op}
 	dial := tr.dialer(nil, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -19,12 +19,14 @@ set -euo pipefail
 #   veths; util-linux: nsenter, unshare; dnsutils: dig against the DNS filter;
 #   clang, llvm (llvm-strip), libbpf-dev, linux-libc-dev: bpf2go compiles bpf/ (make generate);
 #   bpftool: inspecting pins when a kernel test fails; make, ca-certificates: the build;
-#   nodejs, npm: the official OpenAI and Anthropic Node SDKs and undici in the tests.
+#   nodejs, npm: the official OpenAI and Anthropic Node SDKs and undici in the tests;
+#   squid-openssl: the corporate upstream proxy (plain and ssl-bump) of test/e2e's
+#   upstream-proxy tests.
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
-	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm)
+	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
-bench_pkgs=(wrk nghttp2-client squid-openssl tinyproxy dnsperf dnsmasq-base)
+bench_pkgs=(wrk nghttp2-client tinyproxy dnsperf dnsmasq-base)
 
 pkgs_of() {
 	case "${1:-test}" in

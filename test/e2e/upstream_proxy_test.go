@@ -1,0 +1,214 @@
+//go:build linux
+
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/test/privtest"
+	"github.com/airlock-dev/airlock/test/testnet"
+)
+
+// squidAddr is where the tests' corporate proxy (a real Squid) listens, in the upstream
+// namespace: airlock reaches it the way it would reach the test hosts, which stay directly
+// routable from the sidecar, so a direct connection would succeed and show in their logs.
+var squidAddr = netip.MustParseAddrPort("198.18.3.128:3128")
+
+// squidWait bounds waiting for Squid's access log: it writes a line when a transaction ends
+// (a tunnel when it closes; airlock's idle pooled connections close after --idle-timeout).
+const squidWait = 20 * time.Second
+
+// upstreamPolicy allows the world's hosts; private.test is allowed by name and resolves to an
+// internal address.
+const upstreamPolicy = `apiVersion: airlock/v1
+kind: EgressPolicy
+metadata:
+  name: e2e-upstream
+spec:
+  mode: enforce
+  egress:
+    - name: allowed
+      hosts: ["allowed.test", "api.allowed.test"]
+      ports: [80, 443]
+    - name: intercepted
+      hosts: ["intercept.test"]
+      ports: [443]
+      http:
+        - methods: [GET]
+          paths: ["/ok/**"]
+    - name: internal-names
+      hosts: ["private.test", "loopback.test"]
+      ports: [80, 8080]
+`
+
+func randomSecret(prefix string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// squidWorld is a world with Squid as its corporate proxy.
+type squidWorld struct {
+	w     *testnet.World
+	squid *testnet.Squid
+}
+
+func newSquidWorld(t *testing.T, users map[string]string) *squidWorld {
+	t.Helper()
+	privtest.Require(t, "curl")
+	t.Parallel()
+	w := testnet.NewWorld(t)
+	w.AddUpstreamAddr(t, squidAddr.Addr())
+	s := w.StartSquid(t, w.Upstream, testnet.SquidConfig{Addr: squidAddr, Users: users})
+	return &squidWorld{w: w, squid: s}
+}
+
+// squidSaw reports whether Squid's log holds an entry whose URL contains s.
+func (sw *squidWorld) squidSaw(s string) bool {
+	for _, e := range sw.squid.Log() {
+		if strings.Contains(e.URL, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// directFrom lists the requests an upstream got straight from the sidecar's address: a
+// connection airlock made without the proxy.
+func directFrom(u *testnet.Upstream) []testnet.UpstreamRequest {
+	var out []testnet.UpstreamRequest
+	for _, r := range u.Requests() {
+		if h, _, _ := strings.Cut(r.Remote, ":"); h == testnet.SidecarAddr4.String() || strings.Contains(r.Remote, testnet.SidecarAddr6.String()) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// failReason returns the reason of airlock's JSON error body ("" when not JSON).
+func failReason(body string) string {
+	var f struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal([]byte(body), &f)
+	return f.Reason
+}
+
+// TestUpstreamSquid runs airlock behind a real Squid that requires Basic credentials:
+// passthrough, intercepted, plain HTTP and HTTP/2 reach allowed hosts through Squid, which
+// is asked for the checked address and the destination's port; denied and internal
+// destinations never reach Squid; a no-proxy host goes direct; the proxy's credentials are
+// in Squid's log and nowhere the sandbox can read; with Squid refusing (407) or stopped,
+// requests fail closed with upstream_proxy_failed and no host sees a direct connection.
+func TestUpstreamSquid(t *testing.T) {
+	password := randomSecret("squid-pw-")
+	sw := newSquidWorld(t, map[string]string{"corp-agent": password})
+	w := sw.w
+	authFile := w.WriteFile(t, "proxy-auth", []byte("corp-agent:"+password+"\n"))
+	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: upstreamPolicy, Sandbox: sandboxName,
+		Args: []string{"--upstream-proxy", sw.squid.URL, "--upstream-proxy-auth-file", authFile,
+			"--upstream-no-proxy", "api.allowed.test", "--idle-timeout", "2s"}})
+	caFile := writePEM(t, w, "airlock-ca.pem", a.CAPEM(t))
+	var seen []string // every body and header block the sandbox received
+
+	check := func(name string, r curlResult, code int, wantIn string) {
+		t.Helper()
+		seen = append(seen, r.Body, r.Stderr)
+		for k, v := range r.Header {
+			seen = append(seen, k+": "+strings.Join(v, ","))
+		}
+		if r.Code != code || !strings.Contains(r.Body, wantIn) {
+			t.Fatalf("%s: %v; want %d with %q", name, r, code, wantIn)
+		}
+	}
+	// Denied and internal first: the allowed requests' log lines that follow prove Squid had
+	// written everything before them.
+	r := curlProxy(t, w, a, "--cacert", w.CA.File, "https://denied.test/x")
+	seen = append(seen, r.Body, r.Stderr)
+	if r.ConnectCode != 403 {
+		t.Fatalf("denied: %v, want CONNECT answered 403", r)
+	}
+	r = curlProxy(t, w, a, "http://private.test:8080/x")
+	check("internal answer", r, 403, `"reason":"internal_address"`)
+
+	r = curlProxy(t, w, a, "--cacert", w.CA.File, "https://allowed.test/passthrough")
+	check("passthrough", r, 200, "upstream=198.18.0.10 port=443")
+	r = curlProxy(t, w, a, "--cacert", w.CA.File, "--http2", "--write-out", " %{http_version}", "https://allowed.test/h2")
+	check("passthrough h2", r, 200, "path=/h2")
+	r = curlProxy(t, w, a, "http://allowed.test/plain")
+	check("plain http", r, 200, "upstream=198.18.0.10 port=80")
+	r = curlProxy(t, w, a, "--cacert", caFile, "https://intercept.test/ok/1")
+	check("intercepted", r, 200, "upstream=198.18.0.30 port=443")
+	r = curlProxy(t, w, a, "--cacert", caFile, "--http2", "https://intercept.test/ok/2")
+	check("intercepted, client asks h2", r, 200, "path=/ok/2")
+	r = curlProxy(t, w, a, "--cacert", w.CA.File, "https://api.allowed.test/direct")
+	check("no-proxy host", r, 200, "upstream=198.19.0.10 port=443")
+
+	for _, want := range []string{"198.18.0.10:443", "198.18.0.10:80", "198.18.0.30:443"} {
+		e := sw.squid.WaitLog(t, squidWait, "CONNECT "+want, func(e testnet.SquidEntry) bool {
+			return e.Method == "CONNECT" && e.URL == want && e.Status == 200
+		})
+		if e.User != "corp-agent" {
+			t.Errorf("squid logged user %q for %s, want corp-agent", e.User, want)
+		}
+	}
+	for _, never := range []string{"denied.test", "198.18.0.20", "private.test", "10.0.0.1", "allowed.test:", "intercept.test", "198.19.0.10"} {
+		if sw.squidSaw(never) {
+			t.Errorf("squid was asked for %s:\n%v", never, sw.squid.Log())
+		}
+	}
+	if got := len(w.API.Requests()); got != 1 || len(directFrom(w.API)) != 1 {
+		t.Errorf("no-proxy host: %d requests, %d from the sidecar; want 1 direct", got, len(directFrom(w.API)))
+	}
+	for _, u := range []*testnet.Upstream{w.Allowed, w.Intercept, w.Denied} {
+		if d := directFrom(u); len(d) != 0 {
+			t.Errorf("%s got direct connections from airlock: %+v", u.Addr, d)
+		}
+	}
+	for _, u := range []*testnet.Upstream{w.Allowed, w.Intercept} {
+		for _, req := range u.Requests() {
+			if req.Header.Get("Proxy-Authorization") != "" {
+				t.Errorf("%s received Proxy-Authorization", u.Addr)
+			}
+		}
+	}
+
+	// Squid stops taking the credentials (a rotation airlock has not seen): 407, re-read,
+	// 407 again: 502 upstream_proxy_failed, and nothing goes direct.
+	sw.squid.SetPassword(t, "corp-agent", randomSecret("rotated-"))
+	waitFor(t, squidWait, "squid to refuse the old password", func() bool {
+		r = curlProxy(t, w, a, "http://allowed.test/after-rotation")
+		seen = append(seen, r.Body)
+		return r.Code != 200
+	})
+	check("407", r, 502, `"reason":"upstream_proxy_failed"`)
+	before := len(w.Allowed.Requests())
+	r = curlProxy(t, w, a, "--cacert", w.CA.File, "https://allowed.test/after-rotation-tls")
+	seen = append(seen, r.Body, r.Stderr)
+	if r.ConnectCode != 502 {
+		t.Errorf("passthrough after rotation: %v, want CONNECT answered 502", r)
+	}
+
+	// Squid gone: the same, never a direct connection.
+	sw.squid.Stop()
+	r = curlProxy(t, w, a, "http://allowed.test/squid-down")
+	check("squid stopped", r, 502, `"reason":"upstream_proxy_failed"`)
+	if got := len(w.Allowed.Requests()); got != before {
+		t.Errorf("allowed.test got %d requests while Squid refused or was down", got-before)
+	}
+	if d := directFrom(w.Allowed); len(d) != 0 {
+		t.Errorf("allowed.test got direct connections: %+v", d)
+	}
+	all := strings.Join(append(seen, a.Stderr.String()), "\n")
+	for _, leak := range []string{password, "Proxy-Authenticate", "airlock-test-squid", "squid/"} {
+		if strings.Contains(all, leak) {
+			t.Errorf("%q reached the sandbox or the sidecar's log", leak)
+		}
+	}
+}
