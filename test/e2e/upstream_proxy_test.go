@@ -3,13 +3,19 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/airlock-dev/airlock/test/privtest"
 	"github.com/airlock-dev/airlock/test/testnet"
@@ -209,6 +215,68 @@ func TestUpstreamSquid(t *testing.T) {
 	for _, leak := range []string{password, "Proxy-Authenticate", "airlock-test-squid", "squid/"} {
 		if strings.Contains(all, leak) {
 			t.Errorf("%q reached the sandbox or the sidecar's log", leak)
+		}
+	}
+}
+
+// nodeOpenAI is the official Node SDK the model-call leg runs (testnet.NodeModules).
+const nodeOpenAI = "openai@7.55.0"
+
+// nodeChat calls the model API once with the official Node SDK and prints the answer.
+const nodeChat = `const OpenAI = require("openai").default ?? require("openai");
+new OpenAI({ baseURL: "http://127.0.0.1:4000/v1", apiKey: "airlock", maxRetries: 0 })
+  .chat.completions.create({ model: "gpt-e2e", messages: [{ role: "user", content: "hello" }] })
+  .then((c) => console.log(c.choices[0].message.content))
+  .catch((e) => { console.error(String(e)); process.exit(1); });`
+
+// TestUpstreamSquidModelCallsAndGit: the model API's provider calls (airlock's own, on the
+// operator path) go through Squid, asked for the provider's checked address, from the Go and
+// Node SDKs; git clones an allowed repository through airlock and Squid.
+func TestUpstreamSquidModelCallsAndGit(t *testing.T) {
+	privtest.Require(t, "git")
+	mods := testnet.NodeModules(t, nodeOpenAI)
+	lw := newLLMWorld(t)
+	lw.AddUpstreamAddr(t, squidAddr.Addr())
+	squid := lw.StartSquid(t, lw.Upstream, testnet.SquidConfig{Addr: squidAddr, ConnectPorts: []int{443, 8080, 8081}})
+	git := lw.StartGitServer(t, netip.MustParseAddr("198.18.0.60"), "git.test")
+	policy := llmPolicy + "  egress:\n    - name: git\n      hosts: [\"git.test\"]\n      ports: [443]\n"
+	a := lw.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: policy, Sandbox: sandboxName,
+		Env:  []string{"E2E_OPENAI_KEY=" + e2eOpenAIKey, "E2E_ANTHROPIC_KEY=" + e2eAnthropicKey},
+		Args: []string{"--upstream-proxy", squid.URL, "--idle-timeout", "2s"}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	oc := openai.NewClient(option.WithBaseURL("http://"+llmAddr+"/v1/"), option.WithAPIKey(e2eCallerKey),
+		option.WithHTTPClient(lw.Sidecar.HTTPClient(t, nil)), option.WithMaxRetries(0))
+	chat, err := oc.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-e2e",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}})
+	if err != nil || chat.Choices[0].Message.Content != "Hello from the fake provider" {
+		t.Fatalf("go sdk through airlock and squid: %v %+v", err, chat)
+	}
+	node := lw.Sidecar.Command(ctx, "node", "-e", nodeChat)
+	node.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + lw.Dir, "NODE_PATH=" + mods}
+	if out, err := node.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "Hello from the fake provider" {
+		t.Fatalf("node sdk through airlock and squid: %v: %s", err, out)
+	}
+	clone := lw.Sidecar.Command(ctx, "git", "-c", "http.proxy="+a.ProxyURL.String(), "-c", "http.sslCAInfo="+lw.CA.File,
+		"clone", "--quiet", git.URL, filepath.Join(lw.Dir, "clone"))
+	clone.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + lw.Dir, "GIT_CONFIG_NOSYSTEM=1"}
+	if out, err := clone.CombinedOutput(); err != nil {
+		t.Fatalf("git clone through airlock and squid: %v: %s", err, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(lw.Dir, "clone", testnet.GitFile)); err != nil || string(got) != testnet.GitFileContent {
+		t.Fatalf("git clone: %s: %q %v", testnet.GitFile, got, err)
+	}
+	for _, want := range []string{"198.18.0.40:8080", "198.18.0.60:443"} {
+		squid.WaitLog(t, squidWait, "CONNECT "+want, func(e testnet.SquidEntry) bool {
+			return e.Method == "CONNECT" && e.URL == want && e.Status == 200
+		})
+	}
+	for _, u := range [][]testnet.UpstreamRequest{git.Requests()} {
+		for _, r := range u {
+			if strings.HasPrefix(r.Remote, testnet.SidecarAddr4.String()+":") {
+				t.Errorf("git.test got a direct connection from airlock: %+v", r)
+			}
 		}
 	}
 }
