@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,66 @@ func TestUpstreamSquidModelCallsAndGit(t *testing.T) {
 				t.Errorf("git.test got a direct connection from airlock: %+v", r)
 			}
 		}
+	}
+}
+
+// TestUpstreamSquidCredentialsFromVault: the proxy's Basic credentials come from a real
+// Vault; Squid logs the user, the password reaches neither the sandbox nor a log; after the
+// password rotates (in Vault and at Squid), the 407 makes airlock read Vault again and the
+// request goes through.
+func TestUpstreamSquidCredentialsFromVault(t *testing.T) {
+	privtest.Require(t, "curl")
+	t.Parallel()
+	cw := newCredWorld(t, 3600, 7200)
+	w, password := cw.w, randomSecret("vault-squid-pw-")
+	cw.v.PutKV(t, "e2e/proxy", map[string]any{"username": "vault-agent", "password": password})
+	w.AddUpstreamAddr(t, squidAddr.Addr())
+	squid := w.StartSquid(t, w.Upstream, testnet.SquidConfig{Addr: squidAddr, Users: map[string]string{"vault-agent": password}})
+	a := cw.start(t, upstreamPolicy, "--upstream-proxy", squid.URL, "--upstream-proxy-auth-vault", "secret/data/e2e/proxy",
+		"--upstream-no-proxy", "127.0.0.0/8", "--idle-timeout", "2s")
+	var seen []string
+	get := func(path string) {
+		t.Helper()
+		r := curlProxy(t, w, a, "--cacert", w.CA.File, "https://allowed.test"+path)
+		seen = append(seen, r.Body, r.Stderr)
+		if r.Code != 200 {
+			t.Fatalf("%s: %v, want 200", path, r)
+		}
+	}
+	get("/vault-credentials")
+	e := squid.WaitLog(t, squidWait, "CONNECT 198.18.0.10:443", func(e testnet.SquidEntry) bool {
+		return e.Method == "CONNECT" && e.URL == "198.18.0.10:443" && e.Status == 200
+	})
+	if e.User != "vault-agent" {
+		t.Errorf("squid logged user %q, want vault-agent", e.User)
+	}
+
+	rotated := randomSecret("vault-squid-rotated-")
+	cw.v.PutKV(t, "e2e/proxy", map[string]any{"username": "vault-agent", "password": rotated})
+	squid.SetPassword(t, "vault-agent", rotated)
+	n := 0
+	waitFor(t, squidWait, "squid to refuse the old password once", func() bool {
+		n++
+		get("/after-rotation-" + strconv.Itoa(n)) // every one succeeds: a 407 is retried with fresh credentials
+		for _, e := range squid.Log() {
+			if e.Status == 407 {
+				return true
+			}
+		}
+		return false
+	})
+	all := strings.Join(append(seen, a.Stderr.String()), "\n")
+	for _, leak := range []string{password, rotated} {
+		if strings.Contains(all, leak) {
+			t.Errorf("a proxy password reached the sandbox or the sidecar's log")
+		}
+	}
+	for _, req := range w.Allowed.Requests() {
+		if req.Header.Get("Proxy-Authorization") != "" {
+			t.Errorf("allowed.test received Proxy-Authorization")
+		}
+	}
+	if d := directFrom(w.Allowed); len(d) != 0 {
+		t.Errorf("allowed.test got direct connections from airlock: %+v", d)
 	}
 }
