@@ -4,9 +4,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -340,5 +346,66 @@ func TestUpstreamSquidCredentialsFromVault(t *testing.T) {
 	}
 	if d := directFrom(w.Allowed); len(d) != 0 {
 		t.Errorf("allowed.test got direct connections from airlock: %+v", d)
+	}
+}
+
+// corpCA makes the inspecting proxy's CA: certificate and key PEM.
+func corpCA(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "corp inspecting proxy CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+}
+
+// TestUpstreamSquidInspecting: behind an inspecting Squid (ssl-bump, re-signing origins with
+// its own CA), intercepted and passthrough hosts work with --upstream-proxy-ca (airlock's own
+// verification and the sandbox's CA bundle trust it), and fail closed without it.
+func TestUpstreamSquidInspecting(t *testing.T) {
+	privtest.Require(t, "curl")
+	t.Parallel()
+	w := testnet.NewWorld(t)
+	w.AddUpstreamAddr(t, squidAddr.Addr())
+	cert, key := corpCA(t)
+	squid := w.StartSquid(t, w.Upstream, testnet.SquidConfig{Addr: squidAddr,
+		Bump: &testnet.SquidBump{CertPEM: cert, KeyPEM: key, TrustPEM: w.CA.PEM}})
+	corpFile := w.WriteFile(t, "corp-ca.pem", cert)
+	for _, withCA := range []bool{true, false} {
+		bundle := filepath.Join(w.Dir, "bundle-"+strconv.FormatBool(withCA)+".pem")
+		args := []string{"--upstream-proxy", squid.URL, "--ca-bundle-out", bundle, "--idle-timeout", "2s"}
+		if withCA {
+			args = append(args, "--upstream-proxy-ca", corpFile)
+		}
+		a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: upstreamPolicy, Sandbox: sandboxName, Args: args})
+		inter := curlProxy(t, w, a, "--cacert", bundle, "https://intercept.test/ok/inspected")
+		pass := curlProxy(t, w, a, "--cacert", bundle, "https://allowed.test/inspected")
+		a.Stop(t)
+		if withCA {
+			if inter.Code != 200 || !strings.Contains(inter.Body, "upstream=198.18.0.30") {
+				t.Errorf("intercepted through the inspecting proxy with its CA: %v", inter)
+			}
+			if pass.Code != 200 || !strings.Contains(pass.Body, "upstream=198.18.0.10") {
+				t.Errorf("passthrough through the inspecting proxy with its CA in the bundle: %v", pass)
+			}
+			continue
+		}
+		if inter.Code != 502 {
+			t.Errorf("intercepted without the inspecting proxy's CA: %v, want 502 (airlock refuses the re-signed origin)", inter)
+		}
+		if pass.ExitCode != curlExitSSLCACert || pass.Code == 200 {
+			t.Errorf("passthrough without the inspecting proxy's CA: %v, want curl exit %d (certificate not verified)", pass, curlExitSSLCACert)
+		}
 	}
 }

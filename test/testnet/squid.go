@@ -37,10 +37,10 @@ type SquidConfig struct {
 
 // SquidBump is an inspecting Squid's CA and the roots it verifies origins with.
 type SquidBump struct {
-	// CertFile and KeyFile are the CA that re-signs origins.
-	CertFile, KeyFile string
-	// TrustFile is the PEM bundle Squid verifies origins against (the world's test CA).
-	TrustFile string
+	// CertPEM and KeyPEM are the CA that re-signs origins (the key unencrypted PEM).
+	CertPEM, KeyPEM []byte
+	// TrustPEM is what Squid verifies origins against (the world's test CA).
+	TrustPEM []byte
 }
 
 // Squid is a running Squid. Its access log has one line per transaction, written when the
@@ -116,7 +116,8 @@ func (s *Squid) config(t testing.TB, w *World, cfg SquidConfig) string {
 	var b strings.Builder
 	listen := fmt.Sprintf("http_port %s", cfg.Addr)
 	if cfg.Bump != nil {
-		listen += fmt.Sprintf(" ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=4MB tls-cert=%s tls-key=%s", cfg.Bump.CertFile, cfg.Bump.KeyFile)
+		listen += fmt.Sprintf(" ssl-bump generate-host-certificates=on dynamic_cert_mem_cache_size=4MB tls-cert=%s tls-key=%s",
+			s.write(t, "bump-ca.pem", string(cfg.Bump.CertPEM), 0o644), s.write(t, "bump-ca.key", string(cfg.Bump.KeyPEM), 0o644))
 	}
 	fmt.Fprintf(&b, `%s
 pid_filename %[2]s/squid.pid
@@ -150,8 +151,10 @@ http_access deny !authed
 		fmt.Fprintf(&b, `sslcrtd_program /usr/lib/squid/security_file_certgen -s %[1]s/ssl_db -M 4MB
 sslcrtd_children 2
 tls_outgoing_options cafile=%[2]s
+acl step1 at_step SslBump1
+ssl_bump peek step1
 ssl_bump bump all
-`, s.dir, cfg.Bump.TrustFile)
+`, s.dir, s.write(t, "origin-trust.pem", string(cfg.Bump.TrustPEM), 0o644))
 		initdb := exec.Command("/usr/lib/squid/security_file_certgen", "-c", "-s", filepath.Join(s.dir, "ssl_db"), "-M", "4MB")
 		if out, err := initdb.CombinedOutput(); err != nil {
 			t.Fatalf("squid: init ssl_db: %v: %s", err, out)
