@@ -83,7 +83,7 @@ func TestParseFlags(t *testing.T) {
 		wantOnly []string
 		wantErr  bool
 	}{
-		{"defaults", nil, []string{"direct", "airlock", "airlock-inject", "squid", "tinyproxy", "go-nethttp"}, false},
+		{"defaults", nil, []string{"direct", "airlock", "airlock-inject", "squid", "airlock-squid", "tinyproxy", "go-nethttp"}, false},
 		{"only keeps canonical order", []string{"-only", "squid,airlock"}, []string{"airlock", "squid"}, false},
 		{"only with the reference", []string{"-only=go-nethttp, airlock,squid"}, []string{"airlock", "squid", "go-nethttp"}, false},
 		{"reference spelled with a slash", []string{"-only", "go-net/http"}, nil, true},

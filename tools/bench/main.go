@@ -230,6 +230,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	printReport(stdout, cfg, gen, e, legs)
 	printInjectReport(stdout, legs)
+	printChainReport(stdout, legs)
 	code := runSections(ctx, e, root, stdout)
 	for _, l := range legs {
 		if l.problem != "" {

@@ -60,6 +60,7 @@ func proxies() []proxy {
 		{name: "airlock", start: startAirlock},
 		{name: targetAirlockInject, start: startAirlockInject},
 		{name: "squid", start: startSquid},
+		{name: targetAirlockSquid, start: startAirlockSquid},
 		{name: "tinyproxy", start: startTinyproxy},
 		{name: targetNetHTTP, start: startNetHTTP, reference: true},
 	}
@@ -107,6 +108,7 @@ type airlockOpts struct {
 	upstreamDNS string   // --upstream-dns
 	env         []string // added to the environment (SSL_CERT_FILE for the HTTPS section)
 	pprof       bool     // --admin-pprof, so the bench can take profiles
+	args        []string // further flags (the chained leg's --upstream-proxy)
 }
 
 // startAirlockWith starts airlock with the policy file body and opts.
@@ -139,6 +141,7 @@ func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, op
 		"--sandbox", "bench",
 	}
 	args = append(args, optionalFlags(ctx, bin, opts)...)
+	args = append(args, opts.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	// Neither the caller's proxy settings nor its AIRLOCK_* variables (which set any flag
