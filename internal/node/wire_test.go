@@ -1,4 +1,4 @@
-package nodeproto
+package node
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 // update rewrites testdata/wire. Never run it to make a failing TestWireGolden pass: the
 // golden files are the bytes the sidecars already injected into running pods send and
-// expect. A change of the bytes is a new protocol Version, not a new golden file.
+// expect. A change of the bytes is a new ProtocolVersion, not a new golden file.
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/wire (only with a new protocol version)")
 
 // goldenUntil and goldenDenyTime are the times in the golden messages.
