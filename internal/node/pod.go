@@ -1,0 +1,195 @@
+package node
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/airlock-dev/airlock/ebpf"
+)
+
+// podState is one pod the agent serves: its listener in the pod's network namespace, the
+// sidecar's session and the enforcer holding the pod's pins.
+type podState struct {
+	a *Agent
+
+	// mu guards pod, cg, ln, nsIno, enf and closed.
+	mu     sync.Mutex
+	pod    Pod
+	cg     Cgroups
+	ln     net.Listener
+	nsIno  uint64 // the network namespace ln is bound in
+	enf    *ebpf.Enforcer
+	closed bool
+
+	// lastRefusal is when a refused caller was last logged (accept's goroutine only): an app
+	// container hammering the socket does not flood the agent's log.
+	lastRefusal time.Time
+
+	// smu guards sess. It is apart from mu because the enforcer's event goroutine takes it
+	// (deny), and closing the enforcer under mu waits for that goroutine.
+	smu  sync.Mutex
+	sess *session
+}
+
+// setSession makes s the pod's session (nil: none), ending the previous one.
+func (st *podState) setSession(s *session) {
+	st.smu.Lock()
+	old := st.sess
+	st.sess = s
+	st.smu.Unlock()
+	if old != nil {
+		old.close()
+	}
+}
+
+func (st *podState) logger() *logrus.Entry {
+	return st.a.log.WithField("sandbox", st.pod.Sandbox())
+}
+
+// update takes a newer view of the pod: once its sidecar runs, the cgroups are found and the
+// socket bound; a new sidecar container (a restart) replaces the cgroup the caller check
+// and the exemption use, and ends the old container's session.
+func (st *podState) update(p Pod) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if p.SidecarID == "" || (p.SidecarID == st.pod.SidecarID && st.ln != nil) {
+		st.pod.SidecarID = p.SidecarID
+		return nil
+	}
+	cg, err := FindCgroups(st.a.cfg.CgroupRoot, p.UID, p.SidecarID)
+	if err != nil {
+		return err
+	}
+	st.pod, st.cg = p, cg
+	st.setSession(nil) // the old sidecar container's
+	if err := st.bind(); err != nil {
+		return err
+	}
+	st.logger().WithFields(logrus.Fields{"pod_cgroup": cg.Pod, "sidecar_cgroup": cg.Sidecar}).Info("serving the pod's sidecar")
+	return nil
+}
+
+// bind binds the pod's socket in the network namespace of its sidecar's processes, unless it
+// is bound there already: a new pod sandbox (all containers restarted) has a new namespace,
+// and the socket in the old one would be out of the new sidecar's reach.
+func (st *podState) bind() error {
+	ns, ino, err := podNetns(st.cg)
+	if err != nil {
+		return err
+	}
+	if st.ln != nil && ino == st.nsIno {
+		return nil
+	}
+	if st.ln != nil {
+		st.ln.Close()
+		st.ln = nil
+	}
+	ln, err := listenInNetns(ns, st.a.cfg.SocketName)
+	if err != nil {
+		return err
+	}
+	st.ln, st.nsIno = ln, ino
+	go st.accept(ln)
+	return nil
+}
+
+// accept serves the pod's socket until it is closed: a caller that is not the pod's sidecar
+// container is told so and dropped; an accepted one replaces the previous session.
+func (st *podState) accept(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				st.logger().WithError(err).Error("accept on the pod's agent socket")
+			}
+			return
+		}
+		st.mu.Lock()
+		dir, closed := st.cg.Sidecar, st.closed
+		st.mu.Unlock()
+		if closed {
+			c.Close()
+			return
+		}
+		if err := checkPeer(c.(*net.UnixConn), dir); err != nil {
+			if time.Since(st.lastRefusal) > 10*time.Second {
+				st.lastRefusal = time.Now()
+				st.logger().WithError(err).Warn("refused a caller on the pod's agent socket (logged at most every 10 s)")
+			}
+			_ = NewConn(c).Write(Reply{Error: err.Error()})
+			c.Close()
+			continue
+		}
+		s := newSession(st, c)
+		st.setSession(s)
+		go s.serve()
+	}
+}
+
+// attach (re)opens the pod's enforcement as hello asks, exempting the current sidecar
+// container. An enforcer already open is closed first; the new one adopts its pins.
+func (st *podState) attach(h *Hello) (*Welcome, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil, errors.New("pod is gone")
+	}
+	cfg, err := ebpfConfig(h)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Sandbox, cfg.Cgroup, cfg.ExemptCgroup, cfg.PinRoot = st.pod.Sandbox(), st.cg.Pod, st.cg.Sidecar, st.a.cfg.PinRoot
+	cfg.Logger = st.a.log
+	cfg.OnDeny = st.deny
+	if st.enf != nil {
+		_ = st.enf.Close()
+		st.enf = nil
+	}
+	enf, err := ebpf.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st.enf = enf
+	w := &Welcome{Version: ProtocolVersion, Sandbox: st.pod.Sandbox(), Adopted: enf.Adopted()}
+	if ok, why := enf.PacketGuard(); ok {
+		w.PacketGuard = true
+	} else if why != nil {
+		w.PacketGuardError = why.Error()
+	}
+	return w, nil
+}
+
+// enforcer returns the pod's open enforcer, or nil before the first hello.
+func (st *podState) enforcer() *ebpf.Enforcer {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.enf
+}
+
+// deny sends a kernel deny event to the current sidecar session, if any.
+func (st *podState) deny(ev ebpf.DenyEvent) {
+	st.smu.Lock()
+	s := st.sess
+	st.smu.Unlock()
+	if s != nil {
+		s.send(Reply{Deny: denyEvent(ev)})
+	}
+}
+
+// close ends the pod's listener, session and enforcer handles; the pins stay.
+func (st *podState) close() {
+	st.setSession(nil)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	if st.ln != nil {
+		st.ln.Close()
+	}
+	if st.enf != nil {
+		_ = st.enf.Close()
+	}
+}

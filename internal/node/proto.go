@@ -1,0 +1,197 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// The protocol between an injected sidecar and the node agent: the messages, their framing
+// and the abstract unix socket the agent binds inside the pod's network namespace. Their
+// bytes on the wire are held by testdata/wire (TestWireGolden): a new agent serves the
+// sidecars an older webhook injected.
+//
+// Framing: one JSON object per line over a SOCK_STREAM unix socket, at most MaxMessage bytes.
+// The sidecar sends Requests, each with a fresh ID; the agent answers each with a Reply of the
+// same ID, in any order, and sends Replies with ID 0 and a Deny on its own (kernel deny
+// events). The first request is always OpHello; its Version must equal the agent's
+// ProtocolVersion.
+
+// ProtocolVersion is the protocol version this build speaks. An agent refuses a hello of
+// another version (with ErrVersion's text), so a sidecar and an agent of incompatible builds
+// fail closed instead of misreading each other.
+const ProtocolVersion = 1
+
+// SocketName is the abstract unix socket (no file: a name in the network namespace) the
+// agent binds in every enforced pod's network namespace. The leading '@' is Go's spelling of
+// the abstract namespace's NUL byte.
+const SocketName = "@airlock-node-v1"
+
+// MaxMessage bounds one line of the protocol: a larger one ends the connection.
+const MaxMessage = 1 << 20
+
+// The operations a sidecar may ask for.
+const (
+	OpHello    = "hello"    // attach (or adopt) enforcement as Hello says; the first request
+	OpAllow    = "allow"    // Addr reachable on Ports until Until
+	OpRevoke   = "revoke"   // Addr no longer reachable on Ports
+	OpCIDRs    = "cidrs"    // replace the CIDR rules with CIDRs
+	OpReport   = "report"   // report mode on or off
+	OpCounters = "counters" // read the pod's kernel counters
+	OpOrigDst  = "origdst"  // where the redirected connection from the peer Addr was going
+)
+
+// ErrVersion is the error text an agent answers a hello of another version with.
+var ErrVersion = errors.New("protocol version mismatch")
+
+// Request is one message from the sidecar.
+type Request struct {
+	ID     uint64    `json:"id"`
+	Op     string    `json:"op"`
+	Hello  *Hello    `json:"hello,omitempty"`
+	Addr   string    `json:"addr,omitempty"`
+	Ports  []uint16  `json:"ports,omitempty"`
+	Until  time.Time `json:"until,omitempty"`
+	CIDRs  []CIDR    `json:"cidrs,omitempty"`
+	Report bool      `json:"report,omitempty"`
+}
+
+// Hello is what enforcement needs from the sidecar. The agent decides everything else (which
+// cgroup, which is exempt, the pin directory's name) from the API server and the node.
+type Hello struct {
+	Version   int        `json:"version"`
+	Listeners []Listener `json:"listeners"`
+	CIDRs     []CIDR     `json:"cidrs"`
+	Report    bool       `json:"report"`
+	// RequirePacketGuard makes the attach fail when packet sockets cannot be refused.
+	RequirePacketGuard bool `json:"require_packet_guard"`
+	// Transparent, when set, redirects TCP connections to Ports to the listener Addr4.
+	Transparent *Transparent `json:"transparent,omitempty"`
+}
+
+// Transparent is transparent mode: TCP connections to Ports go to the listener Addr4.
+type Transparent struct {
+	Addr4 string   `json:"addr4"` // ip:port
+	Ports []uint16 `json:"ports"`
+}
+
+// Listener is one of the sidecar's listeners the pod's containers may reach.
+type Listener struct {
+	Addr string `json:"addr"` // ip:port
+	UDP  bool   `json:"udp"`
+	Kind string `json:"kind"` // proxy, transparent, dns, llm
+}
+
+// CIDR is one of the policy's address ranges.
+type CIDR struct {
+	Prefix string   `json:"prefix"`
+	Ports  []uint16 `json:"ports"`
+	Raw    bool     `json:"raw"`
+}
+
+// Reply is one message from the agent: the answer to the request of the same ID, or (ID 0) a
+// deny event.
+type Reply struct {
+	ID       uint64     `json:"id"`
+	Error    string     `json:"error,omitempty"`
+	Welcome  *Welcome   `json:"welcome,omitempty"`
+	Counters *Counters  `json:"counters,omitempty"`
+	Deny     *DenyEvent `json:"deny,omitempty"`
+	// OrigDst answers OpOrigDst: the original destination, ip:port.
+	OrigDst string `json:"orig_dst,omitempty"`
+}
+
+// Welcome answers a hello: enforcement is attached to the pod's cgroup.
+type Welcome struct {
+	Version int `json:"version"`
+	// Sandbox is the name the agent pins the pod's enforcement under (NAMESPACE.POD).
+	Sandbox string `json:"sandbox"`
+	// Adopted says the pinned maps of an earlier attach were kept (allow entries survive).
+	Adopted bool `json:"adopted"`
+	// PacketGuard says packet sockets are refused; PacketGuardError why not.
+	PacketGuard      bool   `json:"packet_guard"`
+	PacketGuardError string `json:"packet_guard_error,omitempty"`
+}
+
+// Counters are the pod's kernel counters. The fields have no JSON tags, so their Go names
+// are on the wire ("Bytes", ...): renaming one changes the protocol.
+type Counters struct {
+	Bytes, Packets, Connections, Denies, EventsLost uint64
+}
+
+// DenyEvent is a kernel denial in the pod.
+type DenyEvent struct {
+	Time       time.Time `json:"time"`
+	Hook       string    `json:"hook"`
+	Reason     string    `json:"reason"`
+	PID        uint32    `json:"pid,omitempty"`
+	UID        uint32    `json:"uid,omitempty"`
+	Comm       string    `json:"comm,omitempty"`
+	Dest       string    `json:"dest,omitempty"`
+	Proto      uint8     `json:"proto"`
+	Report     bool      `json:"report,omitempty"`
+	Suppressed uint64    `json:"suppressed,omitempty"`
+}
+
+// Conn frames messages over a stream. Read and Write may be used from one goroutine each.
+type Conn struct {
+	r *bufio.Reader
+	w io.Writer
+}
+
+// NewConn frames rw.
+func NewConn(rw io.ReadWriter) *Conn {
+	return &Conn{r: bufio.NewReaderSize(rw, 64<<10), w: rw}
+}
+
+// Read decodes the next message into v, strictly: unknown fields and trailing data are
+// errors, and a line over MaxMessage ends the stream.
+func (c *Conn) Read(v any) error {
+	line, err := c.readLine()
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode message: %w", err)
+	}
+	if dec.More() {
+		return errors.New("decode message: trailing data")
+	}
+	return nil
+}
+
+func (c *Conn) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > MaxMessage {
+			return nil, fmt.Errorf("read message: longer than %d bytes", MaxMessage)
+		}
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}
+
+// Write encodes v as one line. Callers serialise writes.
+func (c *Conn) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode message: %w", err)
+	}
+	if len(b) >= MaxMessage {
+		return fmt.Errorf("encode message: longer than %d bytes", MaxMessage)
+	}
+	_, err = c.w.Write(append(b, '\n'))
+	return err
+}
