@@ -113,7 +113,7 @@ func runFlags(stderr io.Writer) (*cli.FlagSet, *sidecar.Config) {
 // are the operator's (flags, AIRLOCK_* variables, the webhook's flags for injected sidecars),
 // never a policy's; HTTP_PROXY, HTTPS_PROXY and NO_PROXY in airlock's own environment are
 // ignored.
-func upstreamProxyFlags(fs *flagSet, u *sidecar.UpstreamProxyConfig) {
+func upstreamProxyFlags(fs *cli.FlagSet, u *sidecar.UpstreamProxyConfig) {
 	fs.StringVar(&u.URL, "upstream-proxy", "", "send every connection (the sandbox's and airlock's own: Vault, model providers) through this HTTP proxy with CONNECT: http://host:port or https://host:port; empty: direct")
 	fs.StringVar(&u.CAFile, "upstream-proxy-ca", "", "PEM file of CAs to trust besides the system roots: an https:// upstream proxy's, and an inspecting proxy's that re-signs origins (also added to --ca-bundle-out)")
 	fs.StringVar(&u.AuthFile, "upstream-proxy-auth-file", "", "file holding the upstream proxy's Basic credentials, user:password; re-read after a 407")
