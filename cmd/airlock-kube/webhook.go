@@ -70,6 +70,13 @@ func webhookFlags(stderr io.Writer) (*cli.FlagSet, *webhookConfig) {
 	fs.StringVar(&v.AuthMount, "vault-k8s-mount", "kubernetes", "Vault Kubernetes auth mount path")
 	fs.StringVar(&v.Audience, "vault-k8s-audience", "vault", "audience of the service-account token projected into the sidecar alone (the Vault role must require it)")
 	fs.StringVar(&v.CAConfigMap, "vault-ca-configmap", "", "ConfigMap in each sandbox namespace whose key ca.crt is the CA of Vault's certificate (default: the image's CA bundle)")
+	u := &c.opts.UpstreamProxy
+	fs.StringVar(&u.URL, "upstream-proxy", "", "corporate proxy the injected sidecars send every connection through (their --upstream-proxy): http://host:port or https://host:port (default: direct)")
+	fs.StringVar(&u.NoProxy, "upstream-no-proxy", "", "the sidecars' --upstream-no-proxy: comma-separated host patterns and CIDRs reached directly (cluster services, Vault)")
+	fs.BoolVar(&u.ByName, "upstream-proxy-by-name", false, "the sidecars' --upstream-proxy-by-name: the proxy resolves names (it decides the address)")
+	fs.StringVar(&u.CAConfigMap, "upstream-proxy-ca-configmap", "", "ConfigMap in each sandbox namespace whose key ca.crt is the upstream proxy's CA (https:// or inspecting proxy), mounted in the sidecar alone")
+	fs.StringVar(&u.AuthSecret, "upstream-proxy-auth-secret", "", "Secret in each sandbox namespace whose key auth is the proxy's Basic credentials (user:password), mounted in the sidecar alone; pods that use it are refused")
+	fs.StringVar(&u.AuthVault, "upstream-proxy-auth-vault", "", "the sidecars' --upstream-proxy-auth-vault: Vault KV path with fields username and password")
 	return fs, c
 }
 

@@ -51,6 +51,9 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 	if err := o.Vault.checkPod(pod); err != nil {
 		return Result{}, err
 	}
+	if err := o.UpstreamProxy.checkPod(pod); err != nil {
+		return Result{}, err
+	}
 	want := o.sidecar(s.environment, s.policyKey)
 	injected, err := hasSidecar(pod, want)
 	if err != nil {
@@ -61,7 +64,7 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 	// shifts the indexes of the pod's own init containers.
 	ops = append(ops, o.containerOps(pod)...)
 	if !injected {
-		ops = append(ops, volumeOps(pod, append(volumes(s.policyConfigMap), o.Vault.volumes()...))...)
+		ops = append(ops, volumeOps(pod, append(append(volumes(s.policyConfigMap), o.Vault.volumes()...), o.UpstreamProxy.volumes()...))...)
 		if len(pod.Spec.InitContainers) == 0 {
 			ops = append(ops, add("/spec/initContainers", []corev1.Container{want}))
 		} else {
@@ -147,7 +150,7 @@ func checkPod(pod *corev1.Pod) error {
 	if pod.Spec.HostPID || (pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace) {
 		return deniedf("hostPID and shareProcessNamespace pods cannot be sandboxed: the app containers would see (and could signal) the sidecar's processes and reach its files through /proc")
 	}
-	sidecarOnly := []string{volumeState, volumePolicy, volumeVaultToken, volumeVaultCA}
+	sidecarOnly := []string{volumeState, volumePolicy, volumeVaultToken, volumeVaultCA, volumeUpstreamCA, volumeUpstreamAuth}
 	for _, c := range appContainers(pod) {
 		for _, m := range c.VolumeMounts {
 			if slices.Contains(sidecarOnly, m.Name) {
@@ -198,7 +201,8 @@ func hasSidecar(pod *corev1.Pod, want corev1.Container) (bool, error) {
 		return true, nil
 	}
 	for _, v := range pod.Spec.Volumes {
-		for _, ours := range append(volumes(""), corev1.Volume{Name: volumeVaultToken}, corev1.Volume{Name: volumeVaultCA}) {
+		for _, ours := range append(volumes(""), corev1.Volume{Name: volumeVaultToken}, corev1.Volume{Name: volumeVaultCA},
+			corev1.Volume{Name: volumeUpstreamCA}, corev1.Volume{Name: volumeUpstreamAuth}) {
 			if v.Name == ours.Name {
 				return false, deniedf("volume name %q is reserved for the airlock sidecar", v.Name)
 			}

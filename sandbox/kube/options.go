@@ -47,6 +47,9 @@ type Options struct {
 	// Vault, when its Address is set, has the sidecars log in to Vault with Kubernetes auth;
 	// the zero value leaves Vault off.
 	Vault VaultOptions
+	// UpstreamProxy, when its URL is set, chains the sidecars to a corporate proxy; the zero
+	// value leaves them dialling directly.
+	UpstreamProxy UpstreamProxyOptions
 }
 
 // environments orders the environments from laxest to strictest.
@@ -103,6 +106,9 @@ func (o *Options) Validate() error {
 		}
 	}
 	if err := o.Vault.validate(); err != nil {
+		return err
+	}
+	if err := o.UpstreamProxy.validate(o.Vault.Address); err != nil {
 		return err
 	}
 	if o.Resources == nil {

@@ -41,7 +41,7 @@ func (o *Options) sidecarArgs(environment, policyKey string) []string {
 		// out of its reach even where the BPF LSM cannot refuse them.
 		"--packet-guard", "best-effort",
 	}
-	return append(args, o.Vault.args()...)
+	return append(append(args, o.Vault.args()...), o.UpstreamProxy.args()...)
 }
 
 // sidecar is the injected native sidecar: an init container with restartPolicy Always, so it
@@ -90,7 +90,7 @@ func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 			{Name: volumePolicy, MountPath: policyDir, ReadOnly: true},
 			{Name: volumeState, MountPath: stateDir},
 			{Name: volumeCA, MountPath: CADir},
-		}, o.Vault.mounts()...),
+		}, append(o.Vault.mounts(), o.UpstreamProxy.mounts()...)...),
 	}
 }
 
