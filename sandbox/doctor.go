@@ -327,7 +327,9 @@ func probeVault(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("vault address %q: %w", addr, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// Never a proxy from the environment (http.DefaultClient would take HTTP(S)_PROXY).
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("reach vault: %w", err)
 	}

@@ -25,7 +25,8 @@ func healthCmd(args []string, stdout, stderr io.Writer) error {
 	if len(rest) != 1 || !strings.HasPrefix(rest[0], "http://127.0.0.1:") && !strings.HasPrefix(rest[0], "http://[::1]:") {
 		return cli.Failf("health: want one loopback URL, e.g. http://127.0.0.1:9090/readyz")
 	}
-	client := &http.Client{Timeout: *timeout}
+	// Never a proxy from the environment: the probe is for this container's own listener.
+	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	resp, err := client.Get(rest[0])
 	if err != nil {
 		return &cli.ExitError{Code: 1, Msg: "health: " + cli.OneLineErr(err)}
