@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"net/netip"
@@ -102,15 +101,6 @@ func directFrom(u *testnet.Upstream) []testnet.UpstreamRequest {
 		}
 	}
 	return out
-}
-
-// failReason returns the reason of airlock's JSON error body ("" when not JSON).
-func failReason(body string) string {
-	var f struct {
-		Reason string `json:"reason"`
-	}
-	_ = json.Unmarshal([]byte(body), &f)
-	return f.Reason
 }
 
 // TestUpstreamSquid runs airlock behind a real Squid that requires Basic credentials:
