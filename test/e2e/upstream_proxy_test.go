@@ -46,7 +46,7 @@ spec:
   mode: enforce
   egress:
     - name: allowed
-      hosts: ["allowed.test", "api.allowed.test"]
+      hosts: ["allowed.test", "api.allowed.test", "rebind.test", "fresh1.test", "fresh2.test"]
       ports: [80, 443]
     - name: intercepted
       hosts: ["intercept.test"]
@@ -139,6 +139,24 @@ func TestUpstreamSquid(t *testing.T) {
 	}
 	r = curlProxy(t, w, a, "http://private.test:8080/x")
 	check("internal answer", r, 403, `"reason":"internal_address"`)
+	// The corporate proxy itself is not a destination the sandbox can name.
+	r = curlProxy(t, w, a, "http://"+squidAddr.String()+"/")
+	check("the upstream proxy as a destination", r, 403, `"reason":"no_rule"`)
+	r = curlProxy(t, w, a, "--proxytunnel", "http://"+squidAddr.String()+"/")
+	seen = append(seen, r.Body, r.Stderr)
+	if r.ConnectCode != 403 {
+		t.Fatalf("CONNECT to the upstream proxy: %v, want 403", r)
+	}
+	// A rebinding name (public first, then loopback, TTL 0): airlock resolves once per
+	// connection and asks Squid for the address it checked, so neither answer lets Squid
+	// resolve the name itself.
+	for i := range 3 {
+		r = curlProxy(t, w, a, "http://rebind.test/rebind-"+strconv.Itoa(i))
+		seen = append(seen, r.Body)
+		if r.Code == 200 && !strings.Contains(r.Body, "upstream=198.18.0.10") || r.Code != 200 && !strings.Contains(r.Body, "internal_address") {
+			t.Fatalf("rebinding name: %v", r)
+		}
+	}
 
 	r = curlProxy(t, w, a, "--cacert", w.CA.File, "https://allowed.test/passthrough")
 	check("passthrough", r, 200, "upstream=198.18.0.10 port=443")
@@ -161,7 +179,8 @@ func TestUpstreamSquid(t *testing.T) {
 			t.Errorf("squid logged user %q for %s, want corp-agent", e.User, want)
 		}
 	}
-	for _, never := range []string{"denied.test", "198.18.0.20", "private.test", "10.0.0.1", "allowed.test:", "intercept.test", "198.19.0.10"} {
+	for _, never := range []string{"denied.test", "198.18.0.20", "private.test", "10.0.0.1", "allowed.test:", "intercept.test", "198.19.0.10",
+		"rebind.test", "127.0.0.1", squidAddr.String()} {
 		if sw.squidSaw(never) {
 			t.Errorf("squid was asked for %s:\n%v", never, sw.squid.Log())
 		}
@@ -183,24 +202,26 @@ func TestUpstreamSquid(t *testing.T) {
 	}
 
 	// Squid stops taking the credentials (a rotation airlock has not seen): 407, re-read,
-	// 407 again: 502 upstream_proxy_failed, and nothing goes direct.
+	// 407 again: 502 upstream_proxy_failed, and nothing goes direct. Each curl opens a new
+	// tunnel (Squid checks credentials per tunnel, and trusts them for a second).
 	sw.squid.SetPassword(t, "corp-agent", randomSecret("rotated-"))
+	n := 0
 	waitFor(t, squidWait, "squid to refuse the old password", func() bool {
-		r = curlProxy(t, w, a, "http://allowed.test/after-rotation")
-		seen = append(seen, r.Body)
-		return r.Code != 200
+		n++
+		r = curlProxy(t, w, a, "--cacert", w.CA.File, "https://allowed.test/after-rotation-"+strconv.Itoa(n))
+		seen = append(seen, r.Body, r.Stderr)
+		return r.ConnectCode == 502
 	})
-	check("407", r, 502, `"reason":"upstream_proxy_failed"`)
 	before := len(w.Allowed.Requests())
-	r = curlProxy(t, w, a, "--cacert", w.CA.File, "https://allowed.test/after-rotation-tls")
-	seen = append(seen, r.Body, r.Stderr)
-	if r.ConnectCode != 502 {
-		t.Errorf("passthrough after rotation: %v, want CONNECT answered 502", r)
-	}
+	// Names never asked for before, so no pooled tunnel of airlock's carries the request.
+	w.DNS.Set("fresh1.test", testnet.DefaultTTL, w.Allowed.Addr)
+	w.DNS.Set("fresh2.test", testnet.DefaultTTL, w.Allowed.Addr)
+	r = curlProxy(t, w, a, "http://fresh1.test/after-rotation")
+	check("407", r, 502, `"reason":"upstream_proxy_failed"`)
 
 	// Squid gone: the same, never a direct connection.
 	sw.squid.Stop()
-	r = curlProxy(t, w, a, "http://allowed.test/squid-down")
+	r = curlProxy(t, w, a, "http://fresh2.test/squid-down")
 	check("squid stopped", r, 502, `"reason":"upstream_proxy_failed"`)
 	if got := len(w.Allowed.Requests()); got != before {
 		t.Errorf("allowed.test got %d requests while Squid refused or was down", got-before)
