@@ -1,10 +1,18 @@
 package sidecar
 
 import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/egress"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 func TestUpstreamProxyConfigValidate(t *testing.T) {
@@ -60,4 +68,44 @@ func mustNoProxy(t *testing.T, list string) egress.NoProxy {
 		t.Fatal(err)
 	}
 	return np
+}
+
+// failingResolver answers every name with an error, as a network without external DNS.
+type failingResolver struct{}
+
+func (failingResolver) LookupTTL(context.Context, string, bool) ([]netip.Addr, time.Duration, error) {
+	return nil, 0, &net.DNSError{Err: "server misbehaving", Name: "x", IsTemporary: true}
+}
+
+// TestUpstreamResolutionHint: behind an upstream proxy, a start whose resolver cannot
+// resolve the policy's names says so and names --upstream-proxy-by-name; with it set (or
+// with no proxy), nothing is said.
+func TestUpstreamResolutionHint(t *testing.T) {
+	pol, err := policy.Parse("p.yaml", []byte("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata:\n  name: p\nspec:\n  egress:\n    - name: a\n      hosts: [\"*.wild.test\", \"api.example.test\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		byName bool
+		proxy  bool
+		warn   bool
+	}{{"proxy, names by address", false, true, true}, {"proxy by name", true, true, false}, {"no proxy", false, false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := logrus.New()
+			log.SetOutput(&buf)
+			s := &Sidecar{log: log, resolver: egress.NewCachingResolver(egress.NewAnswerCache(egress.CacheConfig{}), failingResolver{})}
+			if tc.proxy {
+				if s.upstream, err = egress.NewUpstream(egress.UpstreamConfig{URL: "http://proxy.test:3128", ByName: tc.byName}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.checkUpstreamResolution(pol)
+			got := buf.String()
+			if warned := strings.Contains(got, "--upstream-proxy-by-name") && strings.Contains(got, "api.example.test"); warned != tc.warn {
+				t.Fatalf("log %q: warned %t, want %t", got, warned, tc.warn)
+			}
+		})
+	}
 }
