@@ -211,3 +211,48 @@ func TestSlugAndAnchors(t *testing.T) {
 		t.Errorf("links: got %v", l)
 	}
 }
+
+// cells counts the cells of a Markdown table row: GitHub splits a row at every | that is not
+// escaped, inside code spans too.
+func cells(row string) int {
+	n := 0
+	for i := 0; i < len(row); i++ {
+		switch row[i] {
+		case '\\':
+			i++
+		case '|':
+			n++
+		}
+	}
+	return n - 1
+}
+
+// TestManualTablesAreWhole holds every row of every table in the manual to its header's
+// number of cells: an unescaped | in a cell (a command's a|b|c, say) splits it in two.
+func TestManualTablesAreWhole(t *testing.T) {
+	tables := 0
+	for _, file := range manualFiles(t) {
+		b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		for _, line := range proseLines(string(b)) {
+			if !strings.HasPrefix(line, "|") {
+				want = 0
+				continue
+			}
+			if want == 0 {
+				want = cells(line)
+				tables++
+				continue
+			}
+			if got := cells(line); got != want {
+				t.Errorf("%s: a table row has %d cells, its header %d (escape | as \\|): %s", file, got, want, line)
+			}
+		}
+	}
+	if tables < 20 {
+		t.Errorf("found only %d tables in the manual: the table finder is broken", tables)
+	}
+}
