@@ -247,17 +247,31 @@ new OpenAI({ baseURL: "http://127.0.0.1:4000/v1", apiKey: "airlock", maxRetries:
   .then((c) => console.log(c.choices[0].message.content))
   .catch((e) => { console.error(String(e)); process.exit(1); });`
 
+// nodeUndici is Node's fetch library, whose ProxyAgent sends requests through airlock.
+const nodeUndici = "undici@6.29.1"
+
+// nodeFetch fetches argv[3] through the proxy argv[1], trusting the CA file argv[2], and
+// prints the body.
+const nodeFetch = `const fs = require("fs");
+const { fetch, ProxyAgent } = require("undici");
+const [proxy, ca, url] = process.argv.slice(1);
+const agent = new ProxyAgent({ uri: proxy, requestTls: { ca: fs.readFileSync(ca) } });
+fetch(url, { dispatcher: agent }).then((r) => r.text()).then((b) => { process.stdout.write(b); return agent.close(); })
+  .catch((e) => { console.error(String(e)); process.exit(1); });`
+
 // TestUpstreamSquidModelCallsAndGit: the model API's provider calls (airlock's own, on the
 // operator path) go through Squid, asked for the provider's checked address, from the Go and
-// Node SDKs; git clones an allowed repository through airlock and Squid.
+// Node SDKs; git clones an allowed repository, and Node's fetch reaches an allowed host,
+// through airlock and Squid.
 func TestUpstreamSquidModelCallsAndGit(t *testing.T) {
 	privtest.Require(t, "git")
 	mods := testnet.NodeModules(t, nodeOpenAI)
+	undici := testnet.NodeModules(t, nodeUndici)
 	lw := newLLMWorld(t)
 	lw.AddUpstreamAddr(t, squidAddr.Addr())
 	squid := lw.StartSquid(t, lw.Upstream, testnet.SquidConfig{Addr: squidAddr, ConnectPorts: []int{443, 8080, 8081}})
 	git := lw.StartGitServer(t, netip.MustParseAddr("198.18.0.60"), "git.test")
-	policy := llmPolicy + "  egress:\n    - name: git\n      hosts: [\"git.test\"]\n      ports: [443]\n"
+	policy := llmPolicy + "  egress:\n    - name: git\n      hosts: [\"git.test\", \"allowed.test\"]\n      ports: [443]\n"
 	a := lw.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: policy, Sandbox: sandboxName,
 		Env:  []string{"E2E_OPENAI_KEY=" + e2eOpenAIKey, "E2E_ANTHROPIC_KEY=" + e2eAnthropicKey},
 		Args: []string{"--upstream-proxy", squid.URL, "--idle-timeout", "2s"}})
@@ -276,6 +290,11 @@ func TestUpstreamSquidModelCallsAndGit(t *testing.T) {
 	if out, err := node.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "Hello from the fake provider" {
 		t.Fatalf("node sdk through airlock and squid: %v: %s", err, out)
 	}
+	fetch := lw.Sidecar.Command(ctx, "node", "-e", nodeFetch, a.ProxyURL.String(), lw.CA.File, "https://allowed.test/node-fetch")
+	fetch.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + lw.Dir, "NODE_PATH=" + undici}
+	if out, err := fetch.CombinedOutput(); err != nil || !strings.Contains(string(out), "upstream=198.18.0.10 port=443") {
+		t.Fatalf("node fetch through airlock and squid: %v: %s", err, out)
+	}
 	clone := lw.Sidecar.Command(ctx, "git", "-c", "http.proxy="+a.ProxyURL.String(), "-c", "http.sslCAInfo="+lw.CA.File,
 		"clone", "--quiet", git.URL, filepath.Join(lw.Dir, "clone"))
 	clone.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + lw.Dir, "GIT_CONFIG_NOSYSTEM=1"}
@@ -285,12 +304,12 @@ func TestUpstreamSquidModelCallsAndGit(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(lw.Dir, "clone", testnet.GitFile)); err != nil || string(got) != testnet.GitFileContent {
 		t.Fatalf("git clone: %s: %q %v", testnet.GitFile, got, err)
 	}
-	for _, want := range []string{"198.18.0.40:8080", "198.18.0.60:443"} {
+	for _, want := range []string{"198.18.0.40:8080", "198.18.0.60:443", "198.18.0.10:443"} {
 		squid.WaitLog(t, squidWait, "CONNECT "+want, func(e testnet.SquidEntry) bool {
 			return e.Method == "CONNECT" && e.URL == want && e.Status == 200
 		})
 	}
-	for _, u := range [][]testnet.UpstreamRequest{git.Requests()} {
+	for _, u := range [][]testnet.UpstreamRequest{git.Requests(), lw.Allowed.Requests()} {
 		for _, r := range u {
 			if strings.HasPrefix(r.Remote, testnet.SidecarAddr4.String()+":") {
 				t.Errorf("git.test got a direct connection from airlock: %+v", r)
