@@ -300,6 +300,13 @@ func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("load the sidecar CA: %w", err)
 	}
+	corp, err := upstreamCA(c.o)
+	if err != nil {
+		return "", err
+	}
+	if len(corp) > 0 { // an inspecting upstream proxy re-signs the origins of passthrough tunnels
+		caPEM = append(append(append([]byte(nil), caPEM...), '\n'), corp...)
+	}
 	bundle, err := trust.Build(c.o.Env, "airlock sidecar CA of sandbox "+st.Name, caPEM)
 	if err != nil {
 		return "", err

@@ -170,6 +170,42 @@ func sidecarArgs(st *State, o CreateOptions) []string {
 	return append(args, o.RunArgs...)
 }
 
+// upstreamCA reads the sidecar's --upstream-proxy-ca (from RunArgs, else
+// AIRLOCK_UPSTREAM_PROXY_CA in Env): the CA of an inspecting upstream proxy, which the
+// sandbox's CA bundle must hold too. Nil when none is set.
+func upstreamCA(o CreateOptions) ([]byte, error) {
+	file := runFlagValue(o.RunArgs, "upstream-proxy-ca")
+	if file == "" {
+		for _, kv := range o.Env {
+			if v, ok := strings.CutPrefix(kv, "AIRLOCK_UPSTREAM_PROXY_CA="); ok {
+				file = v
+			}
+		}
+	}
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-proxy-ca: %w", err)
+	}
+	return b, nil
+}
+
+// runFlagValue returns the value of --name in args ("--name v" or "--name=v"), "" when absent.
+func runFlagValue(args []string, name string) string {
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
 func hasFlag(args []string, name string) bool {
 	for _, a := range args {
 		a = strings.TrimLeft(a, "-")

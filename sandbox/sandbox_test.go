@@ -263,3 +263,31 @@ spec:
 		t.Errorf("rawRoutes = %v, want only the IPv4 CIDR of the protocol tcp rule", got)
 	}
 }
+
+// TestUpstreamCA: the sidecar's --upstream-proxy-ca (a flag, or its AIRLOCK_* variable) is
+// what the sandbox's CA bundle gains; none set is none; an unreadable file is an error.
+func TestUpstreamCA(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "corp.pem")
+	if err := os.WriteFile(file, []byte("CORP-CA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    CreateOptions
+		want string
+		err  bool
+	}{
+		{name: "none", o: CreateOptions{RunArgs: []string{"--upstream-proxy", "http://p:3128"}}},
+		{name: "flag", o: CreateOptions{RunArgs: []string{"--upstream-proxy-ca", file}}, want: "CORP-CA"},
+		{name: "flag with =", o: CreateOptions{RunArgs: []string{"--upstream-proxy-ca=" + file}}, want: "CORP-CA"},
+		{name: "environment", o: CreateOptions{Env: []string{"AIRLOCK_UPSTREAM_PROXY_CA=" + file}}, want: "CORP-CA"},
+		{name: "missing file", o: CreateOptions{RunArgs: []string{"--upstream-proxy-ca", file + ".missing"}}, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := upstreamCA(tc.o)
+			if (err != nil) != tc.err || string(got) != tc.want {
+				t.Fatalf("got %q, %v; want %q (error %t)", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
