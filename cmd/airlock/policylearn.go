@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/learn"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 const learnHelp = `
