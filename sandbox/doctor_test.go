@@ -10,10 +10,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/airlock-dev/airlock/test/privtest"
-	"github.com/airlock-dev/airlock/internal/sidecar"
-	"github.com/airlock-dev/airlock/test/testnet"
+	"github.com/airlock-dev/airlock/ebpf"
 	"github.com/airlock-dev/airlock/sandbox"
+	"github.com/airlock-dev/airlock/test/privtest"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // TestDoctor runs the real checks on this machine: everything the tests themselves need must
@@ -25,7 +25,7 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &sandbox.Manager{Store: store, Kernel: sidecar.SandboxKernel()}
+	m := &sandbox.Manager{Store: store, Kernel: ebpf.Host{}}
 	cg := testnet.NewCgroup(t)
 	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: "198.19.201.0/24", CgroupParent: cg.Path})
 	byName := map[string]sandbox.Check{}
