@@ -106,25 +106,33 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	if x.table.logPrompts {
 		x.ev.Prompt = redactPrompt(c.promptText(), at.key)
 	}
+	if x.failed(ctx, w, r, at) {
+		return
+	}
+	defer at.resp.Body.Close()
+	x.pass(w, c, at, cancel, limit, func() bool { return r.Context().Err() != nil })
+}
+
+// failed answers a call that got no answer from any provider and reports whether it did.
+func (x *exchange) failed(ctx context.Context, w http.ResponseWriter, r *http.Request, at attempt) bool {
 	switch {
 	case at.keyErr != nil:
 		// Fail closed: nothing was sent. The error names the secret, never a value.
 		x.ev.Error = at.keyErr.Error()
 		x.fail(w, &apiError{status: http.StatusServiceUnavailable, code: "provider_key_unavailable", openaiType: "server_error",
 			message: fmt.Sprintf("airlock: the key of provider %q is not available (secret %q); nothing was sent", at.route.provider, at.route.apiKey)})
-		return
+		return true
 	case at.err != nil:
 		x.ev.Error = at.err.Error()
-		if r.Context().Err() != nil && ep != epCountTokens {
+		if r.Context().Err() != nil && x.ep != epCountTokens {
 			// The caller left before an answer came: the provider may have had the call and
 			// bill it, so it costs its reservation, marked estimated.
 			x.chargeReservation()
 		}
 		x.fail(w, upstreamFailure(at.err, ctx))
-		return
+		return true
 	}
-	defer at.resp.Body.Close()
-	x.pass(w, c, at, cancel, limit, func() bool { return r.Context().Err() != nil })
+	return false
 }
 
 // callContext is the context a call is sent upstream under. A stream follows its caller: one
