@@ -264,3 +264,32 @@ func (h *fakeHost) Probe() error                                  { return h.pro
 func (h *fakeHost) ProbePacketGuard() error                       { return errors.New("fake: no BPF LSM") }
 func (h *fakeHost) BPFLSMActive() (bool, error)                   { return false, nil }
 func (h *fakeHost) MountPoints(types ...string) ([]string, error) { return nil, nil }
+
+func (h *fakeHost) ClaimIDRange(base uint32, owner string) (uint32, string, error) {
+	claim := fmt.Sprintf("/fake/idmap/%d", base)
+	return base, claim, h.op("ClaimIDRange", func() error { return h.create("idclaim " + claim) })
+}
+
+func (h *fakeHost) ReleaseIDRange(claim string) error {
+	if claim == "" {
+		return nil
+	}
+	return h.op("ReleaseIDRange", func() error { return h.remove("idclaim " + claim) })
+}
+
+func (h *fakeHost) WriteBundle(st *State) error {
+	return h.op("WriteBundle", func() error { h.live["bundle "+st.Container.Bundle] = true; return nil })
+}
+
+func (h *fakeHost) RunContainer(c *ContainerState, netnsPath, logFile string) error {
+	return h.op("RunContainer", func() error { return h.create("container " + c.ID) })
+}
+
+func (h *fakeHost) DeleteContainer(c *ContainerState) error {
+	return h.op("DeleteContainer", func() error {
+		delete(h.live, "bundle "+c.Bundle)
+		return h.remove("container " + c.ID)
+	})
+}
+
+func (h *fakeHost) StrayIDClaims(storeDir string) []string { return nil }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -19,6 +20,26 @@ type hostOps interface {
 	networkOps
 	cgroupOps
 	processOps
+	containerOps
+}
+
+// containerOps are the OCI container operations: the host-wide uid range claims, the bundle
+// and the runtime.
+type containerOps interface {
+	// ClaimIDRange reserves a free uid/gid range from base on, host-wide, for owner.
+	ClaimIDRange(base uint32, owner string) (start uint32, claim string, err error)
+	// ReleaseIDRange removes a claim; a missing one is not an error.
+	ReleaseIDRange(claim string) error
+	// WriteBundle writes st's bundle (rootfs and config.json).
+	WriteBundle(st *State) error
+	// RunContainer has the runtime create and start the container, detached, from inside
+	// the network namespace netnsPath.
+	RunContainer(c *ContainerState, netnsPath, logFile string) error
+	// DeleteContainer kills and deletes the container and removes its bundle; a missing one
+	// is not an error.
+	DeleteContainer(c *ContainerState) error
+	// StrayIDClaims lists claims owned by a missing state file of storeDir.
+	StrayIDClaims(storeDir string) []string
 }
 
 // networkOps are the network namespace and veth operations.
@@ -103,6 +124,26 @@ func (linuxHost) RemoveNetnsEtc(netns string) error {
 }
 
 func (linuxHost) CheckCgroup2Dir(path string) error { return checkCgroup2Dir(path) }
+
+func (linuxHost) ClaimIDRange(base uint32, owner string) (uint32, string, error) {
+	return claimIDRange(base, owner)
+}
+
+func (linuxHost) ReleaseIDRange(claim string) error              { return releaseIDRange(claim) }
+func (linuxHost) WriteBundle(st *State) error { return writeBundle(st) }
+func (linuxHost) StrayIDClaims(storeDir string) []string        { return strayIDClaims(storeDir) }
+
+func (linuxHost) RunContainer(c *ContainerState, netnsPath, logFile string) error {
+	return runContainer(c, netnsPath, logFile)
+}
+
+func (linuxHost) DeleteContainer(c *ContainerState) error {
+	err := deleteContainer(c)
+	if rerr := os.RemoveAll(c.Bundle); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove bundle: %w", rerr))
+	}
+	return err
+}
 
 func (linuxHost) CgroupExists(path string) bool {
 	_, err := os.Stat(path)
