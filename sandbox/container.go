@@ -118,12 +118,17 @@ type ContainerState struct {
 	Bundle  string `json:"bundle"`  // config.json and rootfs/
 	// IDBase is the first host uid and gid of the sandbox's range (0 before one is claimed);
 	// IDClaim is the host-wide claim file that reserves it.
-	IDBase      uint32  `json:"id_base,omitempty"`
-	IDClaim     string  `json:"id_claim,omitempty"`
-	CgroupsPath string  `json:"cgroups_path"` // the OCI cgroupsPath: the cgroup relative to each hierarchy's root
-	Workdir     string  `json:"workdir"`
-	TmpSize     int64   `json:"tmp_size"`
-	Mounts      []Mount `json:"mounts,omitempty"`
+	IDBase      uint32 `json:"id_base,omitempty"`
+	IDClaim     string `json:"id_claim,omitempty"`
+	CgroupsPath string `json:"cgroups_path"` // the OCI cgroupsPath: the cgroup relative to each hierarchy's root
+	// SelfCgroups says airlock, not the runtime, places the container's processes in their
+	// cgroups and sets the limits (crun on a hybrid host: see v1LimitDirs); Global then holds
+	// the runtime flag that turns its cgroup support off.
+	SelfCgroups bool     `json:"self_cgroups,omitempty"`
+	Global      []string `json:"global,omitempty"`
+	Workdir     string   `json:"workdir"`
+	TmpSize     int64    `json:"tmp_size"`
+	Mounts      []Mount  `json:"mounts,omitempty"`
 }
 
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.

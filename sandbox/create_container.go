@@ -44,6 +44,9 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 		Bundle: bundleDirName(m.Store.Dir, st.Name), CgroupsPath: "/" + rel, Workdir: workdir,
 		TmpSize: o.TmpSize, Mounts: o.Mounts,
 	}
+	if filepath.Base(rt) == "crun" && m.ops().HybridCgroups() {
+		st.Container.SelfCgroups, st.Container.Global = true, []string{"--cgroup-manager=disabled"}
+	}
 	if st.Container.TmpSize == 0 {
 		st.Container.TmpSize = DefaultTmpSize
 	}
@@ -89,7 +92,7 @@ func (m *Manager) doContainer(_ context.Context, c *creation) (string, error) {
 	if err := m.ops().WriteBundle(st); err != nil {
 		return "", err
 	}
-	if err := m.ops().RunContainer(ct, filepath.Join(NetnsDir, st.Netns), st.runtimeLog()); err != nil {
+	if err := m.ops().RunContainer(st, st.runtimeLog()); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s, uid/gid 0-%d -> %d-%d, %s", filepath.Base(ct.Runtime), IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(ct)), nil

@@ -51,7 +51,7 @@ func (m *Manager) Command(name string, argv []string, o ExecOptions) (*exec.Cmd,
 // StartCommand starts cmd (from Command) inside the sandbox's network namespace and closes
 // the process description it passes.
 func StartCommand(cmd *exec.Cmd, st *State) error {
-	err := startInNetns(cmd, filepath.Join(NetnsDir, st.Netns))
+	err := startPlaced(cmd, placementOf(st))
 	for _, f := range cmd.ExtraFiles {
 		f.Close()
 	}
@@ -72,16 +72,16 @@ func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
 	if _, err := unix.FcntlInt(proc.Fd(), unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("pass the process file: %w", err)
 	}
-	nsPath := filepath.Join(NetnsDir, st.Netns)
-	nsfd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open network namespace %s: %w", nsPath, err)
-	}
-	// This thread execs the runtime in the sandbox's network namespace; it is never handed
-	// back to the Go scheduler.
+	p := placementOf(st)
+	// This thread execs the runtime where p says; it is never handed back to the Go scheduler.
 	runtime.LockOSThread()
-	if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("enter network namespace %s: %w", st.Netns, err)
+	if p.cgroup2 != "" {
+		if err := os.WriteFile(filepath.Join(p.cgroup2, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("enter cgroup %s: %w", p.cgroup2, err)
+		}
+	}
+	if err := enterPlacement(p); err != nil {
+		return err
 	}
 	err = syscall.Exec(args[0], args, []string{"PATH=" + defaultPath})
 	return fmt.Errorf("exec %s: %w", args[0], err)

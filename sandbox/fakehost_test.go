@@ -266,8 +266,15 @@ func (h *fakeHost) BPFLSMActive() (bool, error)                   { return false
 func (h *fakeHost) MountPoints(types ...string) ([]string, error) { return nil, nil }
 
 func (h *fakeHost) ClaimIDRange(base uint32, owner string) (uint32, string, error) {
-	claim := fmt.Sprintf("/fake/idmap/%d", base)
-	return base, claim, h.op("ClaimIDRange", func() error { return h.create("idclaim " + claim) })
+	var start uint32
+	var claim string
+	err := h.op("ClaimIDRange", func() error {
+		for start = base; h.live["idclaim /fake/idmap/"+fmt.Sprint(start)]; start += IDRangeSize {
+		}
+		claim = fmt.Sprintf("/fake/idmap/%d", start)
+		return h.create("idclaim " + claim)
+	})
+	return start, claim, err
 }
 
 func (h *fakeHost) ReleaseIDRange(claim string) error {
@@ -281,8 +288,8 @@ func (h *fakeHost) WriteBundle(st *State) error {
 	return h.op("WriteBundle", func() error { h.live["bundle "+st.Container.Bundle] = true; return nil })
 }
 
-func (h *fakeHost) RunContainer(c *ContainerState, netnsPath, logFile string) error {
-	return h.op("RunContainer", func() error { return h.create("container " + c.ID) })
+func (h *fakeHost) RunContainer(st *State, logFile string) error {
+	return h.op("RunContainer", func() error { return h.create("container " + st.Container.ID) })
 }
 
 func (h *fakeHost) DeleteContainer(c *ContainerState) error {
@@ -293,3 +300,5 @@ func (h *fakeHost) DeleteContainer(c *ContainerState) error {
 }
 
 func (h *fakeHost) StrayIDClaims(storeDir string) []string { return nil }
+
+func (h *fakeHost) HybridCgroups() bool { return false }

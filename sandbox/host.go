@@ -32,14 +32,16 @@ type containerOps interface {
 	ReleaseIDRange(claim string) error
 	// WriteBundle writes st's bundle (rootfs and config.json).
 	WriteBundle(st *State) error
-	// RunContainer has the runtime create and start the container, detached, from inside
-	// the network namespace netnsPath.
-	RunContainer(c *ContainerState, netnsPath, logFile string) error
+	// RunContainer has the runtime create and start st's container, detached, the runtime
+	// started in the sandbox's network namespace (and cgroups, when airlock places it).
+	RunContainer(st *State, logFile string) error
 	// DeleteContainer kills and deletes the container and removes its bundle; a missing one
 	// is not an error.
 	DeleteContainer(c *ContainerState) error
 	// StrayIDClaims lists claims owned by a missing state file of storeDir.
 	StrayIDClaims(storeDir string) []string
+	// HybridCgroups reports whether the host mounts cgroup v1 hierarchies beside v2.
+	HybridCgroups() bool
 }
 
 // networkOps are the network namespace and veth operations.
@@ -129,13 +131,11 @@ func (linuxHost) ClaimIDRange(base uint32, owner string) (uint32, string, error)
 	return claimIDRange(base, owner)
 }
 
-func (linuxHost) ReleaseIDRange(claim string) error              { return releaseIDRange(claim) }
-func (linuxHost) WriteBundle(st *State) error { return writeBundle(st) }
-func (linuxHost) StrayIDClaims(storeDir string) []string        { return strayIDClaims(storeDir) }
+func (linuxHost) ReleaseIDRange(claim string) error      { return releaseIDRange(claim) }
+func (linuxHost) WriteBundle(st *State) error            { return writeBundle(st) }
+func (linuxHost) StrayIDClaims(storeDir string) []string { return strayIDClaims(storeDir) }
 
-func (linuxHost) RunContainer(c *ContainerState, netnsPath, logFile string) error {
-	return runContainer(c, netnsPath, logFile)
-}
+func (linuxHost) RunContainer(st *State, logFile string) error { return runContainer(st, logFile) }
 
 func (linuxHost) DeleteContainer(c *ContainerState) error {
 	err := deleteContainer(c)
@@ -196,3 +196,4 @@ func (linuxHost) Alive(pid int, start uint64) bool  { return alive(pid, start) }
 func (linuxHost) StopProcess(pid int, start uint64, grace time.Duration) error {
 	return stopProcess(pid, start, grace)
 }
+func (linuxHost) HybridCgroups() bool { return hybridCgroups() }

@@ -66,6 +66,9 @@ func ociSpec(st *State, view rootView) (*specs.Spec, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
+	if c.SelfCgroups {
+		spec.Linux.CgroupsPath, spec.Linux.Resources = "", nil
+	}
 	sc, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("default seccomp profile: %w", err)

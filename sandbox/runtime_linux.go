@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -18,15 +19,46 @@ import (
 
 // runtimeArgs are the runtime's global flags (its private state directory) and args.
 func runtimeArgs(c *ContainerState, args ...string) []string {
-	return append([]string{c.Runtime, "--root", c.Root}, args...)
+	out := append([]string{c.Runtime, "--root", c.Root}, c.Global...)
+	return append(out, args...)
 }
 
-// runContainer creates and starts the container from its bundle, detached, with the runtime
-// started inside the network namespace netnsPath; the runtime's output goes to logFile, whose
-// last lines an error quotes.
-func runContainer(c *ContainerState, netnsPath, logFile string) error {
+// placement is where a runtime process starts: in the sandbox's network namespace and, when
+// airlock places the container itself (ContainerState.SelfCgroups), in its v2 cgroup and v1
+// limit cgroups, which the container's processes then inherit.
+type placement struct {
+	netns       string
+	cgroup2     string
+	v1          []string
+	hideUnified bool
+}
+
+// placementOf is where st's runtime processes start.
+func placementOf(st *State) placement {
+	p := placement{netns: filepath.Join(NetnsDir, st.Netns)}
+	if st.Container.SelfCgroups {
+		p.cgroup2, p.hideUnified = st.Cgroup, true
+		for _, h := range v1LimitDirs {
+			if base := filepath.Join(cgroupV1Root, h); isCgroupV1(base) {
+				p.v1 = append(p.v1, filepath.Join(base, st.Container.CgroupsPath))
+			}
+		}
+	}
+	return p
+}
+
+// runContainer creates and starts st's container from its bundle, detached, with the runtime
+// started where placementOf says (making the v1 cgroups first when airlock places it); the
+// runtime's output goes to logFile, whose last lines an error quotes.
+func runContainer(st *State, logFile string) error {
+	c, p := st.Container, placementOf(st)
 	if err := os.MkdirAll(c.Root, 0o700); err != nil {
 		return fmt.Errorf("create runtime root %s: %w", c.Root, err)
+	}
+	if c.SelfCgroups {
+		if _, err := createV1Cgroups(c.CgroupsPath, st.Limits); err != nil {
+			return err
+		}
 	}
 	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -38,7 +70,7 @@ func runContainer(c *ContainerState, netnsPath, logFile string) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, "/"
 	cmd.Env = []string{"PATH=" + defaultPath}
-	err = startInNetns(cmd, netnsPath)
+	err = startPlaced(cmd, p)
 	if err == nil {
 		err = cmd.Wait()
 	}
@@ -48,39 +80,66 @@ func runContainer(c *ContainerState, netnsPath, logFile string) error {
 	return nil
 }
 
-// startInNetns starts cmd from a thread inside the network namespace netnsPath, so that cmd
-// runs in it; the thread goes back to this process's namespace afterwards (or, if it cannot,
-// dies with its goroutine).
-func startInNetns(cmd *exec.Cmd, netnsPath string) error {
-	nsfd, err := unix.Open(netnsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open network namespace %s: %w", netnsPath, err)
+// startPlaced starts cmd from a thread that enterPlacement moved where p says, cloned straight
+// into p's v2 cgroup, so that cmd runs there from its first instruction. The thread is never
+// handed back: it ends with its goroutine.
+func startPlaced(cmd *exec.Cmd, p placement) error {
+	if p.cgroup2 != "" {
+		cg, err := os.Open(p.cgroup2)
+		if err != nil {
+			return fmt.Errorf("open cgroup %s: %w", p.cgroup2, err)
+		}
+		defer cg.Close()
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
 	}
-	defer unix.Close(nsfd)
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current network namespace: %w", err)
+		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
+		if err := enterPlacement(p); err != nil {
+			errc <- err
 			return
 		}
-		defer unix.Close(orig)
-		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace %s: %w", netnsPath, err)
-			return
-		}
-		serr := cmd.Start()
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(serr, fmt.Errorf("leave network namespace %s: %w", netnsPath, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- serr
+		errc <- cmd.Start()
 	}()
 	return <-errc
+}
+
+// enterPlacement moves the calling (locked) thread into p's network namespace and v1
+// cgroups. When airlock places the container itself, it also gives the thread a mount
+// namespace in which the cgroup v2 hierarchy is covered by an empty tmpfs: crun 1.8 refuses
+// any hybrid host whose v2 hierarchy has a controller, even with its cgroup manager disabled;
+// there it sees a v1-only host, and with the manager disabled touches no cgroup at all.
+func enterPlacement(p placement) error {
+	if p.netns != "" {
+		nsfd, err := unix.Open(p.netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open network namespace %s: %w", p.netns, err)
+		}
+		defer unix.Close(nsfd)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter network namespace %s: %w", p.netns, err)
+		}
+	}
+	if err := moveThreadV1(p.v1); err != nil {
+		return err
+	}
+	if !p.hideUnified {
+		return nil
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	unified := filepath.Join(cgroupV1Root, "unified")
+	if err := unix.Mount("airlock-hidden", unified, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k"); err != nil {
+		return fmt.Errorf("cover %s: %w", unified, err)
+	}
+	return nil
 }
 
 // logTail is what was appended to logFile from offset on, trimmed to its last 500 bytes.
@@ -107,8 +166,14 @@ func deleteContainer(c *ContainerState) error {
 		argv := runtimeArgs(c, "delete", "--force", c.ID)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = []string{"PATH=" + defaultPath}
-		if out, err := cmd.CombinedOutput(); err != nil && !containerGone(out) {
-			errs = append(errs, fmt.Errorf("%s delete %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, bytes.TrimSpace(out)))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := startPlaced(cmd, placement{hideUnified: c.SelfCgroups})
+		if err == nil {
+			err = cmd.Wait()
+		}
+		if err != nil && !containerGone(out.Bytes()) {
+			errs = append(errs, fmt.Errorf("%s delete %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, bytes.TrimSpace(out.Bytes())))
 		}
 	}
 	if c.CgroupsPath != "" {

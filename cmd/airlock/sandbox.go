@@ -118,8 +118,8 @@ func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOpti
 	return sandbox.CreateOptions{
 		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
 		CgroupParent: c.cgroupParent, UpstreamDNS: c.upstreamDNS, RunArgs: runArgs, Env: os.Environ(),
-		Limits:       sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
-		Runtime:      c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp,
+		Limits:  sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
+		Runtime: c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp,
 		IDBase:       uint32(c.idBase),
 		ReadyTimeout: c.readyTimeout,
 	}, nil
