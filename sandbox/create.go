@@ -263,6 +263,9 @@ func (m *Manager) undoNetns(_ context.Context, st *State) (string, error) {
 
 func (m *Manager) doVeth(_ context.Context, c *creation) (string, error) {
 	st := c.st
+	if st.Network == NetworkNone {
+		return "none: loopback only (--network none)", m.ops().LoopbackUp(st.Netns)
+	}
 	if err := m.ops().WireLink(st.Netns, st.HostVeth, c.link, c.raw); err != nil {
 		return "", err
 	}
@@ -337,6 +340,9 @@ func (m *Manager) undoFiles(_ context.Context, st *State) (string, error) {
 // doSidecar starts the sidecar and its supervisor and waits for /readyz.
 func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	st := c.st
+	if st.Network == NetworkNone {
+		return "none (--network none: nothing to proxy, no DNS)", nil
+	}
 	var err error
 	if st.AdminAddr, err = freeLoopbackAddr(); err != nil {
 		return "", err
@@ -407,6 +413,11 @@ func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan stru
 // a sandbox without them; the other environments go on with a warning.
 func (m *Manager) doKernel(_ context.Context, c *creation) (string, error) {
 	st := c.st
+	if st.Network == NetworkNone {
+		if err := m.Kernel.AttachDenyAll(st.Name, st.Cgroup); err != nil {
+			return "", fmt.Errorf("attach the kernel programs (nothing allowed): %w", err)
+		}
+	}
 	st.Kernel = m.Kernel.Pinned(st.Name)
 	switch {
 	case st.Kernel:

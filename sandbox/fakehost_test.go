@@ -302,3 +302,9 @@ func (h *fakeHost) DeleteContainer(c *ContainerState) error {
 func (h *fakeHost) StrayIDClaims(storeDir string) []string { return nil }
 
 func (h *fakeHost) HybridCgroups() bool { return false }
+
+func (h *fakeHost) LoopbackUp(netns string) error { return h.op("LoopbackUp", nil) }
+
+func (h *fakeHost) AttachDenyAll(name, cgroup string) error {
+	return h.op("AttachDenyAll", func() error { h.live["pins "+name] = true; return nil })
+}

@@ -56,6 +56,8 @@ type networkOps interface {
 	DeleteNetns(name string) error
 	// WireLink creates the veth pair of l between this namespace and netns, with raw's routes.
 	WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error
+	// LoopbackUp brings up lo in netns (all a --network none sandbox has).
+	LoopbackUp(netns string) error
 	// DeleteHostVeth removes the pair from the namespace whose inode is hostNetns (the current
 	// one, or the supervisor's); a missing link is not an error.
 	DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
@@ -101,6 +103,7 @@ func (linuxHost) CurrentNetns() (uint64, error) { return currentNetnsInode() }
 func (linuxHost) NetnsExists(name string) bool  { return netnsExists(name) }
 func (linuxHost) CreateNetns(name string) error { return createNetns(name) }
 func (linuxHost) DeleteNetns(name string) error { return deleteNetns(name) }
+func (linuxHost) LoopbackUp(name string) error  { return loopbackUp(name) }
 
 func (linuxHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error {
 	return wireLink(netns, hostVeth, l, raw)

@@ -334,7 +334,7 @@ func (m *Manager) reapReason(st *State, olderThan time.Duration) string {
 		return "half-created (its create did not finish)"
 	case st.Phase == PhaseDeleting:
 		return "half-deleted"
-	case !m.ops().Alive(st.SupervisorPid, st.SupervisorTick):
+	case st.Network != NetworkNone && !m.ops().Alive(st.SupervisorPid, st.SupervisorTick):
 		return "orphaned (its supervisor is gone)"
 	case time.Since(st.Created) > olderThan:
 		return fmt.Sprintf("older than %s (created %s)", olderThan, st.Created.Format(time.RFC3339))
