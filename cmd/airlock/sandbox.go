@@ -605,7 +605,8 @@ func flagGiven(fs *flagSet, name string) bool {
 
 func sandboxDoctor(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
-Check that this machine can run sandboxes: privileges, cgroup v2, bpffs, the kernel's BPF
+Check that this machine can run sandboxes: privileges, cgroup v2 and the cgroup layout (pure v2
+or hybrid), the OCI runtime and its version, user namespaces, overlayfs, bpffs, the kernel's BPF
 features, the BPF LSM, network namespaces and veth pairs, the --subnet, wildcard listeners on
 the sidecar ports, the state directory and Vault (when VAULT_ADDR or --vault-addr is set).
 Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything failed.`, stderr)
@@ -613,6 +614,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 	subnet := fs.String("subnet", sandbox.DefaultSubnet, "the --subnet sandboxes will use")
 	cgroupParent := fs.String("cgroup-parent", "", "the --cgroup-parent sandboxes will use")
 	vaultAddr := fs.String("vault-addr", os.Getenv("VAULT_ADDR"), "Vault to check (default $VAULT_ADDR)")
+	runtimeName := fs.String("runtime", sandbox.DefaultRuntime, "the --runtime sandboxes will use: runc | crun | PATH")
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	rest, err := fs.parse(args, stdout, true)
 	if err != nil {
@@ -626,7 +628,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 	if err != nil {
 		return err
 	}
-	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr})
+	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr, Runtime: *runtimeName})
 	failed := 0
 	for _, c := range checks {
 		if c.Result == sandbox.Fail {
