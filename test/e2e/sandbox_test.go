@@ -342,10 +342,12 @@ func testSandboxExec(t *testing.T, e *sbEnv, name string) {
 	if r.Code != 0 || r.Stdout != "LINE ONE\nLINE TWO\n" {
 		t.Errorf("stdin through exec: %s", r)
 	}
-	// The command runs in the sandbox's cgroup and namespace.
-	r = e.sh(t, name, "cat /proc/self/cgroup; readlink /proc/self/ns/net")
-	if !strings.Contains(r.Stdout, "/"+name+"\n") {
-		t.Errorf("exec'd process is not in the sandbox cgroup: %s", r)
+	// The command runs in the sandbox's cgroup and namespace. Inside, its own cgroup
+	// namespace shows "/": look at it from the host.
+	cgroup, netns := hostViewOfExec(t, e, name)
+	if !strings.Contains(cgroup, "0::"+strings.TrimPrefix(filepath.Join(e.cgParent, name), "/sys/fs/cgroup/unified")+"\n") &&
+		!strings.Contains(cgroup, "0::"+strings.TrimPrefix(filepath.Join(e.cgParent, name), "/sys/fs/cgroup")+"\n") {
+		t.Errorf("exec'd process is not in the sandbox cgroup %s: %s", filepath.Join(e.cgParent, name), cgroup)
 	}
 	nsIno := func(p string) string {
 		var st syscall.Stat_t
@@ -354,13 +356,51 @@ func testSandboxExec(t *testing.T, e *sbEnv, name string) {
 		}
 		return fmt.Sprintf("net:[%d]", st.Ino)
 	}
-	if !strings.Contains(r.Stdout, nsIno("/run/netns/airlock-"+name)) {
-		t.Errorf("exec'd process is not in netns airlock-%s: %s", name, r)
+	if netns != nsIno("/run/netns/airlock-"+name) {
+		t.Errorf("exec'd process is in %s, not in netns airlock-%s", netns, name)
 	}
 	r = e.exec(t, nil, e.name("missing"), nil, nil, "true")
 	if r.Code != 1 || !strings.HasPrefix(r.Stderr, "airlock: ") {
 		t.Errorf("exec in a missing sandbox: %s, want exit 1 with an airlock: line", r)
 	}
+}
+
+// hostViewOfExec runs a command in sandbox name and returns its /proc/PID/cgroup and network
+// namespace as the host sees them.
+func hostViewOfExec(t *testing.T, e *sbEnv, name string) (cgroup, netns string) {
+	t.Helper()
+	marker := "hostview-" + name
+	ctx, cancel := context.WithTimeout(context.Background(), sbCommandTimeout)
+	defer cancel()
+	cmd := e.command(ctx, nil, "sandbox", "exec", "--state-dir", e.stateDir, name, "--", "sh", "-c", "echo started; read x", marker)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); _ = cmd.Wait() }()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "started\n" {
+		t.Fatalf("exec: %q, %v", line, err)
+	}
+	pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range pids {
+		args, err := os.ReadFile(p)
+		if err != nil || !bytes.HasSuffix(args, []byte("\x00"+marker+"\x00")) || !bytes.HasPrefix(args, []byte("sh\x00")) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+		ns, _ := os.Readlink(filepath.Join(dir, "ns", "net"))
+		return string(cg), ns
+	}
+	t.Fatalf("no process with %s on the host", marker)
+	return "", ""
 }
 
 // kill -9 the sidecar: the sandbox stays closed while it is down, and the supervisor starts
