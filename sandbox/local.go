@@ -41,8 +41,8 @@ type Manager struct {
 	// LoadCA loads or creates the TLS interception CA in a sidecar state directory and returns
 	// its certificate (PEM); the sandbox's CA bundle includes it. (cmd passes the proxy's.)
 	LoadCA func(stateDir string) ([]byte, error)
-	// Kernel is the kernel enforcement's pins, probes and mounts (internal/sidecar's
-	// SandboxKernel); Create, Delete, Reap, Doctor and ExecInPlace need it.
+	// Kernel is the kernel enforcement's pins, probes and mounts (ebpf.Host,
+	// passed in by cmd/airlock); Create, Delete, Reap, Doctor and ExecInPlace need it.
 	Kernel Kernel
 
 	// host makes the changes to this machine; nil means linuxHost (tests put a fake here).

@@ -16,7 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/ebpf"
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
 )
@@ -37,7 +38,7 @@ Run "airlock sandbox <command> --help".
 `
 
 func sandboxCmd(args []string, stdout, stderr io.Writer) error {
-	return dispatch("sandbox", sandboxUsage, map[string]runFunc{
+	return cli.Dispatch("sandbox", sandboxUsage, map[string]cli.RunFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
 		"reap": sandboxReap, "doctor": sandboxDoctor,
 		"supervise": sandboxSupervise, // internal: started by create
@@ -48,11 +49,11 @@ func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 	store, err := sandbox.OpenStore(stateDir)
 	if err != nil {
-		return nil, failf("%v", err)
+		return nil, cli.Failf("%v", err)
 	}
 	bin, err := os.Executable()
 	if err != nil {
-		return nil, failf("find the airlock executable: %v", err)
+		return nil, cli.Failf("find the airlock executable: %v", err)
 	}
 	loadCA := func(dir string) ([]byte, error) {
 		ca, err := proxy.LoadOrCreateCA(dir, time.Now)
@@ -61,7 +62,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecar.SandboxKernel()}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{}}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
@@ -76,9 +77,9 @@ type createFlags struct {
 	readyTimeout                                                                       time.Duration
 }
 
-func addCreateFlags(fs *flagSet) *createFlags {
+func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	c := &createFlags{}
-	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory; sandboxes live in DIR/sandboxes/")
+	fs.StringVar(&c.stateDir, "state-dir", cli.DefaultStateDir(), "state directory; sandboxes live in DIR/sandboxes/")
 	fs.StringVar(&c.policy, "policy", "", "policy YAML the sandbox's sidecar enforces (hot-reloaded when it changes)")
 	fs.StringVar(&c.profile, "profile", "", "enforce a built-in profile instead of a policy file: offline | repo-read | repo-write | deployment")
 	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses a sandbox without kernel enforcement")
@@ -103,17 +104,17 @@ func addCreateFlags(fs *flagSet) *createFlags {
 func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOptions, error) {
 	mem, err := parseBytes(c.memory)
 	if err != nil {
-		return sandbox.CreateOptions{}, failf("--memory %q: %v", c.memory, err)
+		return sandbox.CreateOptions{}, cli.Failf("--memory %q: %v", c.memory, err)
 	}
 	tmp, err := parseBytes(c.tmpSize)
 	if err != nil {
-		return sandbox.CreateOptions{}, failf("--tmp-size %q: %v", c.tmpSize, err)
+		return sandbox.CreateOptions{}, cli.Failf("--tmp-size %q: %v", c.tmpSize, err)
 	}
 	if c.cpu < 0 || c.pids < 0 {
-		return sandbox.CreateOptions{}, failf("--cpu and --pids must not be negative")
+		return sandbox.CreateOptions{}, cli.Failf("--cpu and --pids must not be negative")
 	}
 	if c.idBase == 0 || c.idBase > 1<<32-1 {
-		return sandbox.CreateOptions{}, failf("--id-base %d: give a uid above the host's users, below 4294901760", c.idBase)
+		return sandbox.CreateOptions{}, cli.Failf("--id-base %d: give a uid above the host's users, below 4294901760", c.idBase)
 	}
 	return sandbox.CreateOptions{
 		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
@@ -168,34 +169,33 @@ warn and fall back to the proxy and DNS filter alone. With --backend kubernetes,
 labelled for sidecar injection is created instead (see "airlock webhook").`
 
 func sandboxCreate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox create", "airlock sandbox create NAME (--policy FILE | --profile P) [flags] [-- RUN-FLAGS]", createLong, stderr)
+	fs := cli.NewFlagSet("sandbox create", "airlock sandbox create NAME (--policy FILE | --profile P) [flags] [-- RUN-FLAGS]", createLong, stderr)
 	c := addCreateFlags(fs)
-	kc := kubeCreateFlags(fs)
+	kc := &cli.KubeCreate{}
+	kc.Register(fs)
 	asJSON := fs.Bool("json", false, "print the created sandbox's status as JSON instead of progress lines")
 	rest, runArgs := splitDashDash(args)
-	pos, err := fs.parse(rest, stdout, true)
+	pos, err := fs.ParseArgs(rest, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return failf("sandbox create: give exactly one NAME")
+		return cli.Failf("sandbox create: give exactly one NAME")
 	}
 	name := pos[0]
 	switch c.backend {
 	case "local":
 	case "kubernetes":
 		if len(runArgs) > 0 {
-			return failf("sandbox create --backend kubernetes: sidecar flags after -- are set by the webhook, not here")
+			return cli.Failf("sandbox create --backend kubernetes: sidecar flags after -- are set by the webhook, not here")
 		}
 		if c.profile != "" {
-			return failf("sandbox create --backend kubernetes: --profile is for local sandboxes; write a policy that extends it and give --policy")
+			return cli.Failf("sandbox create --backend kubernetes: --profile is for local sandboxes; write a policy that extends it and give --policy")
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return kubeCreate(ctx, append([]string{"sandbox", "create"}, args...), name, c.policy, kc, stdout)
+		return kubeCreate(name, c.policy, kc)
 	default:
-		return failf("--backend %q: use local or kubernetes", c.backend)
+		return cli.Failf("--backend %q: use local or kubernetes", c.backend)
 	}
 	o, err := c.options(name, runArgs)
 	if err != nil {
@@ -220,7 +220,7 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		err = nil
 	}
 	if err != nil {
-		return failf("sandbox create %s: %v", name, err)
+		return cli.Failf("sandbox create %s: %v", name, err)
 	}
 	if *asJSON {
 		statuses, _ := m.Statuses(ctx, 2*time.Second)
@@ -238,7 +238,7 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 // printCreated tells how to use the created sandbox st.
 func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	sd := ""
-	if stateDir != defaultStateDir() {
+	if stateDir != cli.DefaultStateDir() {
 		sd = " --state-dir " + stateDir
 	}
 	fmt.Fprintf(stdout, `
@@ -278,7 +278,7 @@ the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
 one sandbox per command (the per_tool mode).`
 
 func sandboxExec(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
+	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
 	c := addCreateFlags(fs)
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
 	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
@@ -286,10 +286,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
 	// Flags stop at NAME: everything after it is the command.
-	if err := fs.parseOnce(args, stdout); err != nil {
-		return err
-	}
-	if err := fs.applyEnv(); err != nil {
+	if err := fs.ParseHead(args, stdout); err != nil {
 		return err
 	}
 	rest := fs.Args()
@@ -298,14 +295,14 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rest) < 2 {
 		fs.Usage()
-		return failf("sandbox exec: give NAME and a command")
+		return cli.Failf("sandbox exec: give NAME and a command")
 	}
 	name, argv := rest[0], rest[1:]
 	if argv[0] == "--" {
 		argv = argv[1:]
 	}
 	if len(argv) == 0 {
-		return failf("sandbox exec: give a command after NAME")
+		return cli.Failf("sandbox exec: give a command after NAME")
 	}
 	uid, gid, err := parseUser(*user)
 	if err != nil {
@@ -334,16 +331,16 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		err := m.ExecInPlace(name, argv, o)
 		var ee *sandbox.ExecError
 		if errors.As(err, &ee) {
-			return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
+			return &cli.ExitError{Code: ee.Code, Msg: "sandbox exec: " + ee.Error()}
 		}
-		return failf("sandbox exec %s: %v", name, err)
+		return cli.Failf("sandbox exec %s: %v", name, err)
 	}
 	code, err := runInSandbox(m, name, argv, o)
 	if err != nil {
-		return failf("sandbox exec %s: %v", name, err)
+		return cli.Failf("sandbox exec %s: %v", name, err)
 	}
 	if code != 0 {
-		return &exitError{code: code}
+		return &cli.ExitError{Code: code}
 	}
 	return nil
 }
@@ -361,7 +358,7 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 		err = nil
 	}
 	if err != nil {
-		return nil, failf("sandbox exec --ephemeral: create %s: %v", name, err)
+		return nil, cli.Failf("sandbox exec --ephemeral: create %s: %v", name, err)
 	}
 	return func() {
 		if err := m.Delete(context.Background(), name); err != nil {
@@ -418,43 +415,43 @@ func parseUser(s string) (uid, gid int, err error) {
 	}
 	u, g, hasG := strings.Cut(s, ":")
 	if uid, err = strconv.Atoi(u); err != nil || uid < 0 {
-		return 0, 0, failf("--user %q: give a numeric UID[:GID]", s)
+		return 0, 0, cli.Failf("--user %q: give a numeric UID[:GID]", s)
 	}
 	gid = uid
 	if hasG {
 		if gid, err = strconv.Atoi(g); err != nil || gid < 0 {
-			return 0, 0, failf("--user %q: give a numeric UID[:GID]", s)
+			return 0, 0, cli.Failf("--user %q: give a numeric UID[:GID]", s)
 		}
 	}
 	return uid, gid, nil
 }
 
 func sandboxList(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
+	fs := cli.NewFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
 List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
 sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.
 With --backend kubernetes, list the sandbox pods "sandbox create --backend kubernetes" made
 (label airlock.dev/sandbox): namespace, name, age, phase, sidecar state, policy ConfigMap, node.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	asJSON := fs.Bool("json", false, "print a JSON array with every field")
 	backend := fs.String("backend", "local", "local (this machine's state directory) | kubernetes (sandbox pods made by sandbox create --backend kubernetes)")
-	var k kubeClusterFlags
-	k.register(fs)
+	var k cli.KubeCluster
+	k.Register(fs)
 	all := fs.Bool("all-namespaces", false, "kubernetes: list the sandboxes of every namespace")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	switch *backend {
 	case "local":
 	case "kubernetes":
-		return kubeList(context.Background(), append([]string{"sandbox", "list"}, args...), &k, *all, *asJSON, stdout)
+		return kubeList(&k, *all, *asJSON)
 	default:
-		return failf("--backend %q: use local or kubernetes", *backend)
+		return cli.Failf("--backend %q: use local or kubernetes", *backend)
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -503,7 +500,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func sandboxDelete(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox delete", "airlock sandbox delete [--backend kubernetes [--namespace NS]] NAME [NAME...]", `
+	fs := cli.NewFlagSet("sandbox delete", "airlock sandbox delete [--backend kubernetes [--namespace NS]] NAME [NAME...]", `
 Stop each sandbox's sidecar gracefully (SIGTERM: it revokes its Vault leases; SIGKILL after
 30 s), kill what still runs in its cgroup, detach and unpin its kernel programs, and remove its
 network namespace, veth pair, cgroup and state. Deleting a sandbox that does not exist
@@ -511,26 +508,24 @@ succeeds; a failed step keeps the state file so that delete or reap can retry.
 With --backend kubernetes, delete the sandbox pod (the kubelet stops the sidecar last, which
 revokes its Vault leases), wait until it is gone, and delete the policy ConfigMap made for it
 unless another sandbox uses it. Pods "sandbox create" did not make are refused.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	backend := fs.String("backend", "local", "local (this machine's sandboxes) | kubernetes (a sandbox pod made by sandbox create --backend kubernetes, and the policy ConfigMap made for it)")
-	var k kubeClusterFlags
-	k.register(fs)
-	names, err := fs.parse(args, stdout, true)
+	var k cli.KubeCluster
+	k.Register(fs)
+	names, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(names) == 0 {
 		fs.Usage()
-		return failf("sandbox delete: give at least one NAME")
+		return cli.Failf("sandbox delete: give at least one NAME")
 	}
 	switch *backend {
 	case "local":
 	case "kubernetes":
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return kubeDelete(ctx, append([]string{"sandbox", "delete"}, args...), &k, names, stdout)
+		return kubeDelete(&k, names)
 	default:
-		return failf("--backend %q: use local or kubernetes", *backend)
+		return cli.Failf("--backend %q: use local or kubernetes", *backend)
 	}
 	m, err := manager(*stateDir, stdout)
 	if err != nil {
@@ -550,25 +545,25 @@ unless another sandbox uses it. Pods "sandbox create" did not make are refused.`
 		}
 	}
 	if len(errs) > 0 {
-		return failf("%s", strings.Join(errs, "; "))
+		return cli.Failf("%s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
 func sandboxReap(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
+	fs := cli.NewFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
 Remove sandboxes created longer ago than --older-than, and orphaned ones of any age: those a
 crashed create or delete left half-built, those whose supervisor is gone, and cgroups under
 the sandboxes' cgroup parent that no state file names. Run it from cron or a systemd timer.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	olderThan := fs.Duration("older-than", 0, "remove sandboxes older than this (e.g. 10m, 24h); required")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 || !flagGiven(fs, "older-than") {
 		fs.Usage()
-		return failf("sandbox reap: --older-than is required (0s removes every sandbox)")
+		return cli.Failf("sandbox reap: --older-than is required (0s removes every sandbox)")
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -590,39 +585,39 @@ the sandboxes' cgroup parent that no state file names. Run it from cron or a sys
 		failed = append(failed, err.Error())
 	}
 	if len(failed) > 0 {
-		return failf("sandbox reap: %s", strings.Join(failed, "; "))
+		return cli.Failf("sandbox reap: %s", strings.Join(failed, "; "))
 	}
 	return nil
 }
 
 // flagGiven reports whether the flag was set on the command line or from its variable
 // (applyEnv sets flags through fs.Set, so both count as visited).
-func flagGiven(fs *flagSet, name string) bool {
+func flagGiven(fs *cli.FlagSet, name string) bool {
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	return given
 }
 
 func sandboxDoctor(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
+	fs := cli.NewFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
 Check that this machine can run sandboxes: privileges, cgroup v2 and the cgroup layout (pure v2
 or hybrid), the OCI runtime and its version, user namespaces, overlayfs, bpffs, the kernel's BPF
 features, the BPF LSM, network namespaces and veth pairs, the --subnet, wildcard listeners on
 the sidecar ports, the state directory and Vault (when VAULT_ADDR or --vault-addr is set).
 Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything failed.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	subnet := fs.String("subnet", sandbox.DefaultSubnet, "the --subnet sandboxes will use")
 	cgroupParent := fs.String("cgroup-parent", "", "the --cgroup-parent sandboxes will use")
 	vaultAddr := fs.String("vault-addr", os.Getenv("VAULT_ADDR"), "Vault to check (default $VAULT_ADDR)")
 	runtimeName := fs.String("runtime", sandbox.DefaultRuntime, "the --runtime sandboxes will use: runc | crun | PATH")
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -653,7 +648,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 		}
 	}
 	if failed > 0 {
-		return failf("sandbox doctor: %d check(s) failed", failed)
+		return cli.Failf("sandbox doctor: %d check(s) failed", failed)
 	}
 	return nil
 }
@@ -661,23 +656,23 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 // sandboxSupervise is the detached supervisor create starts: it runs and restarts the
 // sandbox's sidecar until SIGTERM.
 func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox supervise", "airlock sandbox supervise NAME", "Internal: started by sandbox create.", stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	fs := cli.NewFlagSet("sandbox supervise", "airlock sandbox supervise NAME", "Internal: started by sandbox create.", stderr)
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	adopt := fs.Int("adopt", 0, "pid of the running first sidecar to supervise")
-	rest, err := fs.parse(args, stdout, false)
+	rest, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return errUsage
+		return cli.ErrUsage
 	}
 	store, err := sandbox.OpenStore(*stateDir)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	st, err := store.Load(rest[0])
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -687,7 +682,7 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 		return err == nil && cur.Phase != sandbox.PhaseDeleting
 	}
 	if err := sandbox.Supervise(ctx, st, *adopt, wanted, os.Stderr); err != nil {
-		return failf("supervise %s: %v", st.Name, err)
+		return cli.Failf("supervise %s: %v", st.Name, err)
 	}
 	return nil
 }
