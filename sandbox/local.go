@@ -310,7 +310,8 @@ type ReapResult struct {
 // Reap removes sandboxes created more than olderThan ago, and orphaned ones whatever their age:
 // half-created or half-deleted (a crashed create or delete: the store lock proves nobody is
 // still working on them) and those whose supervisor is gone. It also removes cgroups that no
-// state file names from the cgroup parents this store's sandboxes use.
+// state file names from the cgroup parents this store's sandboxes use, and uid range claims
+// whose sandbox's state file is gone.
 func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResult, error) {
 	unlock, err := m.Store.Lock()
 	if err != nil {
@@ -324,7 +325,11 @@ func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResu
 			out = append(out, ReapResult{Name: st.Name, Reason: reason, Err: m.remove(ctx, st)})
 		}
 	}
-	return append(out, m.reapStrayCgroups(ctx, states)...), listErr
+	out = append(out, m.reapStrayCgroups(ctx, states)...)
+	for _, claim := range m.ops().StrayIDClaims(m.Store.Dir) {
+		out = append(out, ReapResult{Name: filepath.Base(claim), Reason: "uid range claim " + claim + " without a state file", Err: m.ops().ReleaseIDRange(claim)})
+	}
+	return out, listErr
 }
 
 // reapReason says why st is to be reaped, or "" to keep it.
