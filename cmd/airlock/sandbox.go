@@ -154,12 +154,23 @@ func parseBytes(s string) (int64, error) {
 
 const createLong = `
 Create a sandbox on this machine: a network namespace (airlock-NAME) joined to this one by a
-veth pair on a /30 of --subnet, a cgroup v2 directory, and its own sidecar ("airlock run",
+veth pair on a /30 of --subnet, a cgroup v2 directory, its own sidecar ("airlock run",
 supervised and restarted on crash, logs in the state directory) with kernel enforcement (eBPF)
-attached to the cgroup. The sandbox's resolv.conf points at the sidecar's DNS filter; its env
-file sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
-NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL.
-Without the env file, TCP 80 and 443 are redirected to the transparent proxy in the kernel.
+attached to the cgroup, and an OCI container (--runtime runc by default, or crun) in both:
+its own user namespace (root inside is an unprivileged uid range of its own outside), PID,
+IPC, UTS, mount and cgroup namespaces, no capabilities, no_new_privs, a seccomp profile, a
+read-only root that shows the host's /usr, /bin, /lib* and /sbin and an allowlist of /etc,
+and a private /tmp and working directory (--workdir, default /work), each a size-capped tmpfs.
+Limits apply without flags (memory 2G, pids 1024), on pure cgroup v2 and hybrid hosts alike.
+--mount SRC:DST[:ro|rw] shows a host path inside, read-only unless rw; what the sandbox writes
+there is owned by its mapped uid (printed on the container line). --network none gives it
+loopback only: no veth, no sidecar, no DNS, the kernel programs attached with nothing allowed.
+
+Inside, /etc/resolv.conf points at the sidecar's DNS filter and /etc/airlock/env (the env
+file) sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
+NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO -> /etc/airlock/ca/ca-bundle.pem) and
+OPENAI_BASE_URL/ANTHROPIC_BASE_URL. Without the env file, TCP 80 and 443 are redirected to the
+transparent proxy in the kernel.
 
 Flags after "--" go to the sidecar's "airlock run" (e.g. -- --vault-addr https://vault:8200).
 The sidecar inherits this command's environment (credential sources, VAULT_TOKEN, ...).
@@ -241,15 +252,30 @@ func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	if stateDir != cli.DefaultStateDir() {
 		sd = " --state-dir " + stateDir
 	}
+	ct := st.Container
 	fmt.Fprintf(stdout, `
   run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
-  env file:        %[2]s
-  CA bundle:       %[3]s
+  container:       %[10]s, uid/gid 0-65535 inside = %[11]d-%[12]d outside, workdir %[13]s
+  limits:          memory %[14]d bytes, pids %[15]d, cpu %[16]s, /tmp and %[13]s %[17]d bytes each
+  env file:        %[2]s (inside: %[18]s)
+  CA bundle:       %[3]s (inside: %[19]s)
   proxy:           http://%[4]s:%[5]d   model API: http://%[4]s:%[6]d/v1   DNS: %[4]s:53
   audit log:       %[7]s
   sidecar log:     %[8]s
   remove:          airlock sandbox delete%[9]s %[1]s
-`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd)
+`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd,
+		ct.Runtime, ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1, ct.Workdir,
+		st.Limits.Memory, st.Limits.Pids, cpuLimit(st.Limits.CPU), ct.TmpSize, sandbox.InsideEnvFile, sandbox.InsideCABundle)
+	if st.Network == sandbox.NetworkNone {
+		fmt.Fprintln(stdout, "  network:         none (loopback only, no sidecar, no DNS)")
+	}
+}
+
+func cpuLimit(cpu float64) string {
+	if cpu <= 0 {
+		return "unlimited"
+	}
+	return strconv.FormatFloat(cpu, 'g', -1, 64)
 }
 
 // splitDashDash splits args at the first "--".
@@ -263,14 +289,15 @@ func splitDashDash(args []string) (before, after []string) {
 }
 
 const execLong = `
-Run CMD inside sandbox NAME: in its network namespace, started directly in its cgroup, with
-/etc/resolv.conf pointing at its DNS filter. CMD gets a clean environment, as with docker
-exec: PATH, HOME, HOSTNAME, LANG (and TERM on a terminal), the env file's variables, and what
---env names; never the rest of this environment (VAULT_TOKEN, secret sources). The airlock state directory is hidden from CMD except for the sandbox's public
-files (env file, CA bundle), the cgroup and bpf filesystems are read-only, and CMD runs with
-every capability dropped and no_new_privs set, even as root. stdin, stdout, stderr and the
-terminal are CMD's, and so is the exit status: this process becomes CMD. (With --ephemeral it
-waits for CMD instead, and reports a death by signal N as 128+N.)
+Run CMD inside sandbox NAME's container, through its OCI runtime ("runc exec"): in its
+namespaces, network namespace and cgroups, with no capabilities, no_new_privs and its seccomp
+profile, as root of its user namespace (--user UID[:GID] for another uid of its range), in its
+working directory. CMD gets a clean environment, as with docker exec: PATH, HOME (the working
+directory), HOSTNAME (the sandbox name), LANG (and TERM on a terminal), the env file's
+variables, and what --env names; never the rest of this environment (VAULT_TOKEN, secret
+sources). stdin, stdout, stderr and the terminal are CMD's, and so is the exit status (128+N
+for a death by signal N; 127 for a command that does not exist): this process becomes the
+runtime, which passes signals on. (With --ephemeral it waits for it instead.)
 
 --no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
@@ -281,7 +308,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
 	c := addCreateFlags(fs)
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
-	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
+	user := fs.String("user", "", "run CMD as UID[:GID] inside the sandbox, 0-65535 (default: its root, an unprivileged uid outside)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
