@@ -125,6 +125,8 @@ type ContainerState struct {
 	// cgroups and sets the limits (crun on a hybrid host: see v1LimitDirs); Global then holds
 	// the runtime flag that turns its cgroup support off.
 	SelfCgroups bool     `json:"self_cgroups,omitempty"`
+	// Once says the container is not started by create: OnceCommand runs one command as it.
+	Once        bool     `json:"once,omitempty"`
 	Global      []string `json:"global,omitempty"`
 	Workdir     string   `json:"workdir"`
 	TmpSize     int64    `json:"tmp_size"`
