@@ -49,3 +49,14 @@ func (Host) MountPoints(types ...string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// AttachDenyAll attaches and pins sandbox's programs on cgroup with no listener and no CIDR,
+// then lets go of them: the pins keep the cgroup enforced, every connection refused. (A local
+// sandbox with --network none has no sidecar to attach them.)
+func (Host) AttachDenyAll(sandbox, cgroup string) error {
+	e, err := Open(Config{Sandbox: sandbox, Cgroup: cgroup})
+	if err != nil {
+		return err
+	}
+	return e.Close()
+}

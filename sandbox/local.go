@@ -74,7 +74,24 @@ type CreateOptions struct {
 	CgroupParent string
 	// UpstreamDNS is the sidecar's own resolver (airlock run --upstream-dns).
 	UpstreamDNS string
-	Limits      Limits
+	// Limits are the container's; zero fields take the defaults (DefaultMemory, DefaultPids).
+	Limits Limits
+	// Runtime is the OCI runtime: runc (default), crun or a path.
+	Runtime string
+	// Mounts are host paths the sandbox sees (--mount SRC:DST[:ro|rw]).
+	Mounts []Mount
+	// Workdir is the private working directory and the commands' cwd (DefaultWorkdir when
+	// empty); a Mount at the same path takes its place.
+	Workdir string
+	// Network is NetworkSidecar (default) or NetworkNone (loopback only).
+	Network string
+	// TmpSize caps /tmp and the working directory in bytes (DefaultTmpSize when zero).
+	TmpSize int64
+	// IDBase is the first host uid/gid handed to sandboxes (DefaultIDBase when zero).
+	IDBase uint32
+	// Once prepares the container without starting it: OnceCommand then runs one command as
+	// the container (`exec --ephemeral`), which saves the runtime a start, an exec and a delete.
+	Once bool
 	// RunArgs are extra `airlock run` flags for the sidecar.
 	RunArgs []string
 	// Env is the environment of the supervisor and the sidecar (credential sources, Vault,
@@ -332,7 +349,8 @@ type ReapResult struct {
 // Reap removes sandboxes created more than olderThan ago, and orphaned ones whatever their age:
 // half-created or half-deleted (a crashed create or delete: the store lock proves nobody is
 // still working on them) and those whose supervisor is gone. It also removes cgroups that no
-// state file names from the cgroup parents this store's sandboxes use.
+// state file names from the cgroup parents this store's sandboxes use, and uid range claims
+// whose sandbox's state file is gone.
 func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResult, error) {
 	unlock, err := m.Store.Lock()
 	if err != nil {
@@ -346,7 +364,11 @@ func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResu
 			out = append(out, ReapResult{Name: st.Name, Reason: reason, Err: m.remove(ctx, st)})
 		}
 	}
-	return append(out, m.reapStrayCgroups(ctx, states)...), listErr
+	out = append(out, m.reapStrayCgroups(ctx, states)...)
+	for _, claim := range m.ops().StrayIDClaims(m.Store.Dir) {
+		out = append(out, ReapResult{Name: filepath.Base(claim), Reason: "uid range claim " + claim + " without a state file", Err: m.ops().ReleaseIDRange(claim)})
+	}
+	return out, listErr
 }
 
 // reapReason says why st is to be reaped, or "" to keep it.
@@ -356,7 +378,7 @@ func (m *Manager) reapReason(st *State, olderThan time.Duration) string {
 		return "half-created (its create did not finish)"
 	case st.Phase == PhaseDeleting:
 		return "half-deleted"
-	case !m.ops().Alive(st.SupervisorPid, st.SupervisorTick):
+	case st.Network != NetworkNone && !m.ops().Alive(st.SupervisorPid, st.SupervisorTick):
 		return "orphaned (its supervisor is gone)"
 	case time.Since(st.Created) > olderThan:
 		return fmt.Sprintf("older than %s (created %s)", olderThan, st.Created.Format(time.RFC3339))

@@ -21,9 +21,11 @@ set -euo pipefail
 #   bpftool: inspecting pins when a kernel test fails; make, ca-certificates: the build;
 #   nodejs, npm: the official OpenAI and Anthropic Node SDKs and undici in the tests;
 #   squid-openssl: the corporate upstream proxy (plain and ssl-bump) of test/e2e's
-#   upstream-proxy tests.
+#   upstream-proxy tests; runc, crun: the OCI runtimes every local sandbox runs in (runc is
+#   the default, the isolation tests run on both); procps: ps inside sandboxes in the
+#   isolation tests.
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
-	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl)
+	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl runc crun procps)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
 bench_pkgs=(wrk nghttp2-client tinyproxy dnsperf dnsmasq-base)

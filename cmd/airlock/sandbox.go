@@ -41,7 +41,7 @@ func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 	return cli.Dispatch("sandbox", sandboxUsage, map[string]cli.RunFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
 		"reap": sandboxReap, "doctor": sandboxDoctor,
-		"supervise": sandboxSupervise, "enter": sandboxEnter, // internal: started by create and exec
+		"supervise": sandboxSupervise, // internal: started by create
 	}, args, stdout, stderr)
 }
 
@@ -68,9 +68,12 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
 type createFlags struct {
 	stateDir, policy, profile, environment, subnet, cgroupParent, upstreamDNS, backend string
+	runtime, workdir, network, tmpSize                                                 string
 	cpu                                                                                float64
 	memory                                                                             string
 	pids                                                                               int
+	idBase                                                                             uint
+	mounts                                                                             mountList
 	readyTimeout                                                                       time.Duration
 }
 
@@ -83,9 +86,15 @@ func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	fs.StringVar(&c.subnet, "subnet", sandbox.DefaultSubnet, "IPv4 pool for the sandboxes' links; each sandbox takes one /30 (.1 sidecar, .2 sandbox)")
 	fs.StringVar(&c.cgroupParent, "cgroup-parent", "", "cgroup v2 directory holding the sandboxes' cgroups (default <cgroup2 root>/airlock)")
 	fs.StringVar(&c.upstreamDNS, "upstream-dns", "", "resolver the sidecar uses (host:port); default: the policy's dns.upstreams, else /etc/resolv.conf")
-	fs.Float64Var(&c.cpu, "cpu", 0, "CPU limit in CPUs (cpu.max); 0 means none")
-	fs.StringVar(&c.memory, "memory", "", "memory limit (memory.max), e.g. 512M or 4G; empty means none")
-	fs.IntVar(&c.pids, "pids", 0, "task limit (pids.max); 0 means none")
+	fs.Float64Var(&c.cpu, "cpu", 0, "CPU limit in CPUs (e.g. 0.5, 2); 0 means none")
+	fs.StringVar(&c.memory, "memory", "2G", "memory limit, e.g. 512M or 4G")
+	fs.IntVar(&c.pids, "pids", sandbox.DefaultPids, "task limit")
+	fs.StringVar(&c.tmpSize, "tmp-size", "512M", "size cap of the private /tmp and of the working directory (each a tmpfs)")
+	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | PATH")
+	fs.Var(&c.mounts, "mount", "show host path SRC at DST inside, `SRC:DST[:ro|rw]`, read-only unless rw (repeatable)")
+	fs.StringVar(&c.workdir, "workdir", sandbox.DefaultWorkdir, "the commands' working directory inside: a private tmpfs, or a --mount at the same path")
+	fs.StringVar(&c.network, "network", "", "none: loopback only (no veth, no sidecar, no DNS); default: the sidecar's network")
+	fs.UintVar(&c.idBase, "id-base", sandbox.DefaultIDBase, "first host uid/gid handed to sandboxes (each takes 65536, host-wide, never overlapping)")
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for the sidecar to become ready")
 	fs.StringVar(&c.backend, "backend", "local", "local (network namespace + cgroup on this machine) | kubernetes (a pod with the sidecar injected)")
 	return c
@@ -97,10 +106,22 @@ func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOpti
 	if err != nil {
 		return sandbox.CreateOptions{}, cli.Failf("--memory %q: %v", c.memory, err)
 	}
+	tmp, err := parseBytes(c.tmpSize)
+	if err != nil {
+		return sandbox.CreateOptions{}, cli.Failf("--tmp-size %q: %v", c.tmpSize, err)
+	}
+	if c.cpu < 0 || c.pids < 0 {
+		return sandbox.CreateOptions{}, cli.Failf("--cpu and --pids must not be negative")
+	}
+	if c.idBase == 0 || c.idBase > 1<<32-1 {
+		return sandbox.CreateOptions{}, cli.Failf("--id-base %d: give a uid above the host's users, below 4294901760", c.idBase)
+	}
 	return sandbox.CreateOptions{
 		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
 		CgroupParent: c.cgroupParent, UpstreamDNS: c.upstreamDNS, RunArgs: runArgs, Env: os.Environ(),
-		Limits:       sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
+		Limits:  sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
+		Runtime: c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp,
+		IDBase:       uint32(c.idBase),
 		ReadyTimeout: c.readyTimeout,
 	}, nil
 }
@@ -133,12 +154,23 @@ func parseBytes(s string) (int64, error) {
 
 const createLong = `
 Create a sandbox on this machine: a network namespace (airlock-NAME) joined to this one by a
-veth pair on a /30 of --subnet, a cgroup v2 directory, and its own sidecar ("airlock run",
+veth pair on a /30 of --subnet, a cgroup v2 directory, its own sidecar ("airlock run",
 supervised and restarted on crash, logs in the state directory) with kernel enforcement (eBPF)
-attached to the cgroup. The sandbox's resolv.conf points at the sidecar's DNS filter; its env
-file sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
-NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL.
-Without the env file, TCP 80 and 443 are redirected to the transparent proxy in the kernel.
+attached to the cgroup, and an OCI container (--runtime runc by default, or crun) in both:
+its own user namespace (root inside is an unprivileged uid range of its own outside), PID,
+IPC, UTS, mount and cgroup namespaces, no capabilities, no_new_privs, a seccomp profile, a
+read-only root that shows the host's /usr, /bin, /lib* and /sbin and an allowlist of /etc,
+and a private /tmp and working directory (--workdir, default /work), each a size-capped tmpfs.
+Limits apply without flags (memory 2G, pids 1024), on pure cgroup v2 and hybrid hosts alike.
+--mount SRC:DST[:ro|rw] shows a host path inside, read-only unless rw; what the sandbox writes
+there is owned by its mapped uid (printed on the container line). --network none gives it
+loopback only: no veth, no sidecar, no DNS, the kernel programs attached with nothing allowed.
+
+Inside, /etc/resolv.conf points at the sidecar's DNS filter and /etc/airlock/env (the env
+file) sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
+NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO -> /etc/airlock/ca/ca-bundle.pem) and
+OPENAI_BASE_URL/ANTHROPIC_BASE_URL. Without the env file, TCP 80 and 443 are redirected to the
+transparent proxy in the kernel.
 
 Flags after "--" go to the sidecar's "airlock run" (e.g. -- --vault-addr https://vault:8200).
 The sidecar inherits this command's environment (credential sources, VAULT_TOKEN, ...).
@@ -220,15 +252,30 @@ func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	if stateDir != cli.DefaultStateDir() {
 		sd = " --state-dir " + stateDir
 	}
+	ct := st.Container
 	fmt.Fprintf(stdout, `
   run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
-  env file:        %[2]s
-  CA bundle:       %[3]s
+  container:       %[10]s, uid/gid 0-65535 inside = %[11]d-%[12]d outside, workdir %[13]s
+  limits:          memory %[14]d bytes, pids %[15]d, cpu %[16]s, /tmp and %[13]s %[17]d bytes each
+  env file:        %[2]s (inside: %[18]s)
+  CA bundle:       %[3]s (inside: %[19]s)
   proxy:           http://%[4]s:%[5]d   model API: http://%[4]s:%[6]d/v1   DNS: %[4]s:53
   audit log:       %[7]s
   sidecar log:     %[8]s
   remove:          airlock sandbox delete%[9]s %[1]s
-`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd)
+`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd,
+		ct.Runtime, ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1, ct.Workdir,
+		st.Limits.Memory, st.Limits.Pids, cpuLimit(st.Limits.CPU), ct.TmpSize, sandbox.InsideEnvFile, sandbox.InsideCABundle)
+	if st.Network == sandbox.NetworkNone {
+		fmt.Fprintln(stdout, "  network:         none (loopback only, no sidecar, no DNS)")
+	}
+}
+
+func cpuLimit(cpu float64) string {
+	if cpu <= 0 {
+		return "unlimited"
+	}
+	return strconv.FormatFloat(cpu, 'g', -1, 64)
 }
 
 // splitDashDash splits args at the first "--".
@@ -242,14 +289,15 @@ func splitDashDash(args []string) (before, after []string) {
 }
 
 const execLong = `
-Run CMD inside sandbox NAME: in its network namespace, started directly in its cgroup, with
-/etc/resolv.conf pointing at its DNS filter. CMD gets a clean environment, as with docker
-exec: PATH, HOME, HOSTNAME, LANG (and TERM on a terminal), the env file's variables, and what
---env names; never the rest of this environment (VAULT_TOKEN, secret sources). The airlock state directory is hidden from CMD except for the sandbox's public
-files (env file, CA bundle), the cgroup and bpf filesystems are read-only, and CMD runs with
-every capability dropped and no_new_privs set, even as root. stdin, stdout, stderr and the
-terminal are CMD's, and so is the exit status: this process becomes CMD. (With --ephemeral it
-waits for CMD instead, and reports a death by signal N as 128+N.)
+Run CMD inside sandbox NAME's container, through its OCI runtime ("runc exec"): in its
+namespaces, network namespace and cgroups, with no capabilities, no_new_privs and its seccomp
+profile, as root of its user namespace (--user UID[:GID] for another uid of its range), in its
+working directory. CMD gets a clean environment, as with docker exec: PATH, HOME (the working
+directory), HOSTNAME (the sandbox name), LANG (and TERM on a terminal), the env file's
+variables, and what --env names; never the rest of this environment (VAULT_TOKEN, secret
+sources). stdin, stdout, stderr and the terminal are CMD's, and so is the exit status (128+N
+for a death by signal N; 127 for a command that does not exist): this process becomes the
+runtime, which passes signals on. (With --ephemeral it waits for it instead.)
 
 --no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
@@ -260,7 +308,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
 	c := addCreateFlags(fs)
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
-	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
+	user := fs.String("user", "", "run CMD as UID[:GID] inside the sandbox, 0-65535 (default: its root, an unprivileged uid outside)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
@@ -330,6 +378,7 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 	if err != nil {
 		return nil, err
 	}
+	o.Once = true // the command starts the container (runInSandbox)
 	_, err = m.Create(context.Background(), o)
 	var warn *sandbox.Warning
 	if errors.As(err, &warn) {
@@ -346,11 +395,12 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 	}, nil
 }
 
-// runInSandbox runs argv in the sandbox with this process's stdio and returns its exit code.
+// runInSandbox runs argv as the container of the sandbox (made by createEphemeral) with this
+// process's stdio and returns its exit code.
 // While it runs, SIGINT and SIGQUIT are left to the command (the terminal sends them to its
 // process group, which the command shares); SIGTERM and SIGHUP are passed on.
 func runInSandbox(m *sandbox.Manager, name string, argv []string, o sandbox.ExecOptions) (int, error) {
-	cmd, st, err := m.Command(name, argv, o)
+	cmd, st, err := m.OnceCommand(name, argv, o)
 	if err != nil {
 		return 0, err
 	}
@@ -579,7 +629,8 @@ func flagGiven(fs *cli.FlagSet, name string) bool {
 
 func sandboxDoctor(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
-Check that this machine can run sandboxes: privileges, cgroup v2, bpffs, the kernel's BPF
+Check that this machine can run sandboxes: privileges, cgroup v2 and the cgroup layout (pure v2
+or hybrid), the OCI runtime and its version, user namespaces, overlayfs, bpffs, the kernel's BPF
 features, the BPF LSM, network namespaces and veth pairs, the --subnet, wildcard listeners on
 the sidecar ports, the state directory and Vault (when VAULT_ADDR or --vault-addr is set).
 Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything failed.`, stderr)
@@ -587,6 +638,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 	subnet := fs.String("subnet", sandbox.DefaultSubnet, "the --subnet sandboxes will use")
 	cgroupParent := fs.String("cgroup-parent", "", "the --cgroup-parent sandboxes will use")
 	vaultAddr := fs.String("vault-addr", os.Getenv("VAULT_ADDR"), "Vault to check (default $VAULT_ADDR)")
+	runtimeName := fs.String("runtime", sandbox.DefaultRuntime, "the --runtime sandboxes will use: runc | crun | PATH")
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
@@ -600,7 +652,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 	if err != nil {
 		return err
 	}
-	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr})
+	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr, Runtime: *runtimeName})
 	failed := 0
 	for _, c := range checks {
 		if c.Result == sandbox.Fail {
@@ -664,14 +716,24 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// sandboxEnter is the helper exec starts inside the sandbox; it execs the command.
-func sandboxEnter(args []string, stdout, stderr io.Writer) error {
-	err := sandbox.Enter(ebpf.Host{})
-	var ee *sandbox.ExecError
-	if errors.As(err, &ee) {
-		return &cli.ExitError{Code: ee.Code, Msg: "sandbox exec: " + ee.Error()}
+// mountList is the repeatable --mount flag.
+type mountList []sandbox.Mount
+
+func (l *mountList) String() string {
+	var out []string
+	for _, m := range *l {
+		out = append(out, m.Source+":"+m.Dest)
 	}
-	return &cli.ExitError{Code: 126, Msg: "sandbox exec: " + err.Error()}
+	return strings.Join(out, ",")
+}
+
+func (l *mountList) Set(s string) error {
+	m, err := sandbox.ParseMount(s)
+	if err != nil {
+		return err
+	}
+	*l = append(*l, m)
+	return nil
 }
 
 // envList is the repeatable --env flag of sandbox exec.

@@ -29,7 +29,7 @@ func TestSandboxDemo(t *testing.T) {
 	defer cancel()
 	demo := filepath.Join(t.TempDir(), "demo")
 	build := exec.CommandContext(ctx, "go", "build", "-o", demo, "./tools/demo")
-	build.Dir = ".."
+	build.Dir = "../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./tools/demo: %v\n%s", err, out)
 	}
