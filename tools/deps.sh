@@ -19,9 +19,10 @@ set -euo pipefail
 #   veths; util-linux: nsenter, unshare; dnsutils: dig against the DNS filter;
 #   clang, llvm (llvm-strip), libbpf-dev, linux-libc-dev: bpf2go compiles bpf/ (make generate);
 #   bpftool: inspecting pins when a kernel test fails; make, ca-certificates: the build;
-#   nodejs, npm: the official OpenAI and Anthropic Node SDKs and undici in the tests.
+#   nodejs, npm: the official OpenAI and Anthropic Node SDKs and undici in the tests;
+#   runc, crun: the OCI runtimes local sandboxes run in (the adversarial tests run on both).
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
-	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm)
+	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm runc crun)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
 bench_pkgs=(wrk nghttp2-client squid-openssl tinyproxy dnsperf dnsmasq-base)
