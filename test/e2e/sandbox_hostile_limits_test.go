@@ -1,0 +1,173 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-dev/airlock/ebpf"
+	"github.com/airlock-dev/airlock/test/testnet"
+)
+
+// TestSandboxHostileLimits: resource caps on this host, whose memory and pids controllers
+// live on cgroup v1 only. With --pids and --memory a bounded fork loop stops at the cap and an
+// allocation past the memory cap is killed or refused; without flags create prints default
+// limits, and they hold the same way. Every loop and allocation is bounded, so where a cap
+// does not hold the host loses at most the bound.
+func TestSandboxHostileLimits(t *testing.T) {
+	runHostile(t, func(t *testing.T, h *hostile) {
+		t.Run("flags", func(t *testing.T) {
+			name, _, _ := h.createOut(t, "capped", "--pids", "64", "--memory", "128M")
+			h.wantPidsCap(t, name, 64)
+			h.wantMemoryCap(t, name, 128<<20)
+		})
+		t.Run("defaults", func(t *testing.T) {
+			name, _, r := h.createOut(t, "defcap")
+			pids, mem := defaultLimits(t, r.Stdout+r.Stderr)
+			h.wantPidsCap(t, name, pids)
+			h.wantMemoryCap(t, name, mem)
+		})
+	})
+}
+
+// maxForkBound and maxAllocBound bound what the limit tests ask of the host when a default
+// is larger than a test should try.
+const (
+	maxForkBound  = 16384
+	maxAllocBound = 8 << 30
+)
+
+// forkScript forks children that wait on a pipe, up to %d of them, stopping at the first
+// failure, then lets them all exit: "forked=N errno=E" (E 0 when no fork failed).
+const forkScript = `
+import os
+r, w = os.pipe()
+n, err = 0, 0
+for i in range(%d):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = e.errno
+        break
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    n += 1
+os.close(w)
+for i in range(n):
+    os.wait()
+print("forked=%%d errno=%%d" %% (n, err))
+`
+
+// wantPidsCap checks that a fork loop in sandbox name fails (EAGAIN) before limit processes.
+func (h *hostile) wantPidsCap(t *testing.T, name string, limit int) {
+	t.Helper()
+	bound := min(limit+64, maxForkBound)
+	r := h.exec(t, nil, name, nil, nil, h.python, "-c", fmt.Sprintf(forkScript, bound))
+	var forked, errno int
+	if _, err := fmt.Sscanf(strings.TrimSpace(r.Stdout), "forked=%d errno=%d", &forked, &errno); err != nil {
+		t.Fatalf("resource caps: fork loop: %s", r)
+	}
+	if errno != 11 || forked >= limit { // EAGAIN: fork refused by the pids controller
+		t.Errorf("resource caps: the fork loop (bound %d) forked %d processes, errno %d; want EAGAIN before %d", bound, forked, errno, limit)
+	}
+	if r := h.exec(t, nil, name, nil, nil, "true"); r.Code != 0 {
+		t.Errorf("resource caps: after the fork loop, exec true: %s", r)
+	}
+}
+
+// allocScript allocates and touches %d bytes, then prints "allocated".
+const allocScript = `
+n = %d
+b = bytearray(n)
+for i in range(0, n, 4096):
+    b[i] = 1
+print("allocated")
+`
+
+// wantMemoryCap checks that touching limit+64M bytes in sandbox name is killed or refused.
+func (h *hostile) wantMemoryCap(t *testing.T, name string, limit int64) {
+	t.Helper()
+	size := min(limit+64<<20, maxAllocBound)
+	r := h.exec(t, nil, name, nil, nil, h.python, "-c", fmt.Sprintf(allocScript, size))
+	killed := r.Code == 137 || strings.Contains(r.Stderr, "MemoryError")
+	if strings.Contains(r.Stdout, "allocated") || !killed {
+		t.Errorf("resource caps: allocating %d bytes past a %d-byte cap: %s; want it killed (137) or a MemoryError", size, limit, r)
+	}
+	if r := h.exec(t, nil, name, nil, nil, "true"); r.Code != 0 {
+		t.Errorf("resource caps: after the allocation, exec true: %s", r)
+	}
+}
+
+var (
+	pidsLimitRE   = regexp.MustCompile(`(?i)pids\D{0,12}?(\d+)`)
+	memoryLimitRE = regexp.MustCompile(`(?i)memory\D{0,12}?(\d+(?:\.\d+)?)\s*([KMGT]i?B?)?\b`)
+)
+
+// defaultLimits reads the default pids and memory limits create printed; it fails t when
+// create printed none (a sandbox without flags must be capped).
+func defaultLimits(t *testing.T, out string) (int, int64) {
+	t.Helper()
+	pm, mm := pidsLimitRE.FindStringSubmatch(out), memoryLimitRE.FindStringSubmatch(out)
+	if pm == nil || mm == nil {
+		t.Fatalf("resource caps: create without flags printed no default pids and memory limits:\n%s", out)
+	}
+	pids, _ := strconv.Atoi(pm[1])
+	num, _ := strconv.ParseFloat(mm[1], 64)
+	unit := map[byte]float64{'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
+	mult := 1.0
+	if mm[2] != "" {
+		mult = unit[strings.ToUpper(mm[2])[0]]
+	}
+	if pids <= 0 || num <= 0 {
+		t.Fatalf("resource caps: default limits pids %q memory %q: want positive numbers:\n%s", pm[1], mm[0], out)
+	}
+	return pids, int64(num * mult)
+}
+
+// TestSandboxHostileNetworkNone: --network none. The sandbox has only loopback (which
+// works), no veth and no sidecar; names do not resolve and nothing outside is reachable, by
+// name, by address or through the proxy address the env file would name; the kernel
+// programs stay attached.
+func TestSandboxHostileNetworkNone(t *testing.T) {
+	runHostile(t, func(t *testing.T, h *hostile) {
+		before := len(vethsIn(t, h.w.Sidecar))
+		name, info, _ := h.createOut(t, "nonet", "--network", "none")
+		const class = "--network none"
+		if info.SidecarPid != 0 || info.HostVeth != "" {
+			t.Errorf("%s: sidecar pid %d, host veth %q: want no sidecar and no veth", class, info.SidecarPid, info.HostVeth)
+		}
+		if after := len(vethsIn(t, h.w.Sidecar)); after != before {
+			t.Errorf("%s: %d sandbox veths on the host after create, %d before", class, after, before)
+		}
+		if _, err := os.Stat(filepath.Join(ebpf.DefaultPinRoot, name)); err != nil {
+			t.Errorf("%s: the kernel programs are not pinned for the sandbox: %v", class, err)
+		}
+		script := scriptPrelude + strings.NewReplacer("$PY", h.python, "$ALLOWED", h.w.Allowed.Addr.String(), "$DNS", testnet.DNSAddr.Addr().String()).Replace(`
+echo "links=$(sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | tr '\n' ',')"
+try dns.getent getent hosts allowed.test
+try dns.python $PY -c 'import socket; socket.getaddrinfo("allowed.test", 443)'
+try curl.name curl -sS --max-time 5 -o /dev/null https://allowed.test/
+try curl.addr curl -sS --max-time 5 -o /dev/null http://$ALLOWED/
+try tcp.addr bash -c 'exec 3<>/dev/tcp/$ALLOWED/443'
+try udp.dns $PY -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("$DNS", 53)); s.send(b"x")'
+$PY -c 'import socket; l=socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1); c=socket.create_connection(l.getsockname()); print("loopback=works")' 2>/dev/null || echo loopback=broken
+echo done=1
+`)
+		r := h.exec(t, []string{"--no-env"}, name, nil, nil, "sh", "-c", script)
+		wantNoneSucceeded(t, class, r, "dns.getent", "dns.python", "curl.name", "curl.addr", "tcp.addr", "done")
+		if got := attemptResult(r.Stdout, "links"); got != "lo," {
+			t.Errorf("%s: the sandbox's links are %q, want only lo", class, got)
+		}
+		if got := attemptResult(r.Stdout, "loopback"); got != "works" {
+			t.Errorf("%s: loopback inside the sandbox: %q, want it to work", class, got)
+		}
+	})
+}
