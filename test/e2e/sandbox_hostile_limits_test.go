@@ -158,7 +158,7 @@ try curl.name curl -sS --max-time 5 -o /dev/null https://allowed.test/
 try curl.addr curl -sS --max-time 5 -o /dev/null http://$ALLOWED/
 try tcp.addr bash -c 'exec 3<>/dev/tcp/$ALLOWED/443'
 try udp.dns $PY -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("$DNS", 53)); s.send(b"x")'
-$PY -c 'import socket; l=socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1); c=socket.create_connection(l.getsockname()); print("loopback=works")' 2>/dev/null || echo loopback=broken
+if lo=$($PY -c 'import socket; l=socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1); c=socket.create_connection(l.getsockname()); print("loopback=works")' 2>&1); then echo "$lo"; else echo "loopback=broken:$(printf %s "$lo" | tail -n 1)"; fi
 echo done=1
 `)
 		r := h.exec(t, []string{"--no-env"}, name, nil, nil, "sh", "-c", script)

@@ -368,9 +368,9 @@ $PROBE mount /mnt
 $PROBE sockets
 echo "devs=$(find /dev -xdev \( -type b -o -type c \) 2>/dev/null | sed 's|^/dev/||' | tr '\n' ',')"
 for d in $(find /dev -type b 2>/dev/null); do try blk.read head -c 512 $d; done
-try dev.kmsg_w sh -c ': >> /dev/kmsg'
-try dev.kmsg_r sh -c ': < /dev/kmsg'
-try dev.mem sh -c ': < /dev/mem'
+try dev.kmsg_w sh -c '[ -c /dev/kmsg ] && : >> /dev/kmsg'
+try dev.kmsg_r sh -c '[ -c /dev/kmsg ] && : < /dev/kmsg'
+try dev.mem sh -c '[ -c /dev/mem ] && : < /dev/mem'
 wr sys.core_pattern /proc/sys/kernel/core_pattern
 wr sys.modprobe /proc/sys/kernel/modprobe
 wr sys.drop_caches /proc/sys/vm/drop_caches

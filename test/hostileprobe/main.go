@@ -209,7 +209,6 @@ func sockets() {
 		{"socket.raw_icmp", unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP},
 		{"socket.raw_tcp6", unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_TCP},
 		{"socket.packet", unix.AF_PACKET, unix.SOCK_RAW, 0x0300}, // htons(ETH_P_ALL)
-		{"socket.netlink_audit", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT},
 	} {
 		fd, err := unix.Socket(s.domain, s.typ, s.protocl)
 		if err == nil {
