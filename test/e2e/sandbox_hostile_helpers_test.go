@@ -142,6 +142,7 @@ func attempts(out string) []attempt {
 // expected that the script did not report (a script that broke halfway proves nothing).
 func wantNoneSucceeded(t *testing.T, class string, r cliResult, expected ...string) {
 	t.Helper()
+	t.Logf("%s: what the sandbox tried:\n%s", class, r.Stdout)
 	seen := map[string]bool{}
 	for _, a := range attempts(r.Stdout) {
 		seen[a.name] = true
