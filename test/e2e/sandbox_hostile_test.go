@@ -111,6 +111,7 @@ ln $SECRET /tmp/$N-h2 2>/dev/null; rd r.hardlink_secret /tmp/$N-h2
 echo "ls.root=entries:$(ls -A /root 2>/dev/null | tr '\n' ',')"
 echo "ls.home=entries:$(ls -A /home 2>/dev/null | tr '\n' ',')"
 $PROBE handle /usr
+for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd; do [ -d "$f" ] && cat "$f/../../../../../../../../../etc/shadow" "$f/../../../../../../../../..$SECRET" 2>/dev/null; done | head -c 200 | sed 's/^/fd_dotdot=ok:/'
 try w.usr_local_bin sh -c ': >> /usr/local/bin/$N'
 try w.etc sh -c ': >> /etc/$N'
 try w.root_file sh -c ': >> /$N'
@@ -170,12 +171,14 @@ func TestSandboxHostileOtherSandboxes(t *testing.T) {
 		b, _ := h.create(t, "sbb")
 		bMark := "hostile-b-secret-" + b
 		marker := "hostile-held-" + b
-		bsh := h.hold(t, b, "echo "+bMark+" > /tmp/bfile; cd /tmp", marker)
+		removeOnCleanup(t, "/dev/shm/"+b) // where B's write lands when /dev/shm is the host's
+		bsh := h.hold(t, b, "echo "+bMark+" > /tmp/bfile; echo "+bMark+" > /dev/shm/"+b+"; cd /tmp", marker)
 		bPid := bsh.hostPid(t)
 
 		script := scriptPrelude + strings.NewReplacer("$BPID", fmt.Sprint(bPid), "$PROBE", h.probe,
 			"$MARK", splitMarker(marker), "$STATE", h.stateDir, "$B", b).Replace(`
 rd r.btmp /tmp/bfile
+rd r.bshm /dev/shm/$B
 rd r.broot /proc/$BPID/root/tmp/bfile
 rd r.bcwd /proc/$BPID/cwd/bfile
 rd r.benviron /proc/$BPID/environ
@@ -189,7 +192,7 @@ echo done=1
 `)
 		r := h.sh(t, a, script)
 		const class = "other sandboxes"
-		wantNoneSucceeded(t, class, r, "r.btmp", "r.broot", "r.bcwd", "bhost.signal0", "bhost.sigcont",
+		wantNoneSucceeded(t, class, r, "r.btmp", "r.bshm", "r.broot", "r.bcwd", "bhost.signal0", "bhost.sigcont",
 			"bhost.environ", "bhost.ptrace", "kill.bhost", "find", "done")
 		wantNoSecret(t, class, r.Stdout, bMark)
 		if !bsh.alive() {
@@ -234,6 +237,10 @@ wr w.bin $BIN
 wr w.supervisor_exe /proc/$SV/exe
 wr w.sidecar_root_bin /proc/$SC/root$BIN
 try w.bindir sh -c ': >> $BINDIRFILE'
+wr w.runc /usr/sbin/runc
+wr w.crun /usr/bin/crun
+for e in /proc/[0-9]*/exe; do wr w.proc_exe "$e"; done | grep '=ok' | head -n 5
+echo "ls.run=entries:$(ls -A /run/airlock /run/netns 2>/dev/null | tr '\n' ',')"
 echo done=1
 `)
 		r := h.sh(t, name, script)
@@ -244,6 +251,9 @@ echo done=1
 		wantNoSecret(t, class, r.Stdout, sbToken, sbOpenAIKey, "PRIVATE KEY", h.stateDir+"/sandboxes/"+name+"/sidecar")
 		if strings.Contains(attemptResult(r.Stdout, "ls.state"), name) {
 			t.Errorf("%s: the sandbox lists the state directory: %s", class, attemptResult(r.Stdout, "ls.state"))
+		}
+		if run := attemptResult(r.Stdout, "ls.run"); run != "entries:" {
+			t.Errorf("%s: the sandbox lists airlock's /run/airlock or the host's /run/netns: %s", class, run)
 		}
 		if got := fileSum(t, h.bin); got != binBefore {
 			t.Errorf("%s: the airlock binary %s changed", class, h.bin)
