@@ -34,6 +34,7 @@ type creation struct {
 	profileDoc []byte // the built-in profile's policy file, written once the name is reserved
 	began      time.Time
 	warn       *Warning
+	idBase     uint32 // where the search for a free uid range starts
 }
 
 // createSteps is the table Create runs in order and undoes in reverse. The kernel programs are
@@ -48,6 +49,7 @@ func (m *Manager) createSteps() []createStep {
 		{"files", m.doFiles, m.undoFiles},
 		{"sidecar", m.doSidecar, m.undoSidecar},
 		{"kernel", m.doKernel, nil},
+		{"container", m.doContainer, m.undoContainer},
 	}
 }
 
@@ -128,6 +130,13 @@ func (m *Manager) plan(o CreateOptions) (*creation, error) {
 	}
 	for _, p := range c.raw {
 		c.st.RawRoutes = append(c.st.RawRoutes, p.String())
+	}
+	root, err := m.Kernel.Cgroup2Root()
+	if err != nil {
+		return nil, fmt.Errorf("find the cgroup v2 hierarchy: %w", err)
+	}
+	if err := m.planContainer(c, root); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -254,6 +263,9 @@ func (m *Manager) undoNetns(_ context.Context, st *State) (string, error) {
 
 func (m *Manager) doVeth(_ context.Context, c *creation) (string, error) {
 	st := c.st
+	if st.Network == NetworkNone {
+		return "none: loopback only (--network none)", m.ops().LoopbackUp(st.Netns)
+	}
 	if err := m.ops().WireLink(st.Netns, st.HostVeth, c.link, c.raw); err != nil {
 		return "", err
 	}
@@ -268,8 +280,11 @@ func (m *Manager) undoVeth(_ context.Context, st *State) (string, error) {
 	return "removed   veth " + st.HostVeth, m.ops().DeleteHostVeth(st.HostVeth, st.HostNetns, st.SupervisorPid)
 }
 
+// doCgroup makes the sandbox's cgroup v2 directory, for the sidecar to attach the kernel
+// programs to before any process of the sandbox runs. The limits are the container's: the
+// runtime sets them in whichever hierarchy has the controller.
 func (m *Manager) doCgroup(_ context.Context, c *creation) (string, error) {
-	if err := m.ops().CreateCgroup(c.st.Cgroup, c.st.Limits); err != nil {
+	if err := m.ops().CreateCgroup(c.st.Cgroup, Limits{}); err != nil {
 		return "", err
 	}
 	return c.st.Cgroup, nil
@@ -325,6 +340,9 @@ func (m *Manager) undoFiles(_ context.Context, st *State) (string, error) {
 // doSidecar starts the sidecar and its supervisor and waits for /readyz.
 func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	st := c.st
+	if st.Network == NetworkNone {
+		return "none (--network none: nothing to proxy, no DNS)", nil
+	}
 	var err error
 	if st.AdminAddr, err = freeLoopbackAddr(); err != nil {
 		return "", err
@@ -395,6 +413,11 @@ func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan stru
 // a sandbox without them; the other environments go on with a warning.
 func (m *Manager) doKernel(_ context.Context, c *creation) (string, error) {
 	st := c.st
+	if st.Network == NetworkNone {
+		if err := m.Kernel.AttachDenyAll(st.Name, st.Cgroup); err != nil {
+			return "", fmt.Errorf("attach the kernel programs (nothing allowed): %w", err)
+		}
+	}
 	st.Kernel = m.Kernel.Pinned(st.Name)
 	switch {
 	case st.Kernel:

@@ -38,7 +38,7 @@ func testOptions(t *testing.T, name string) CreateOptions {
 		t.Fatal(err)
 	}
 	return CreateOptions{Name: name, Profile: "offline", Subnet: "198.19.0.0/24", CgroupParent: fakeCgroupRoot + "/airlock",
-		Env: []string{"SSL_CERT_FILE=" + roots}, ReadyTimeout: 10 * time.Second}
+		Env: []string{"SSL_CERT_FILE=" + roots}, ReadyTimeout: 10 * time.Second, Runtime: "/bin/true"}
 }
 
 // wantClean fails unless nothing of any sandbox is left: no live resource, no state file, no
@@ -56,7 +56,7 @@ func wantClean(t *testing.T, m *Manager, h *fakeHost, name string) {
 	}
 }
 
-var progressLine = regexp.MustCompile(`^  \[(\d)/6\] (\S+) +(.+) \((\d[^)]*)\)$`)
+var progressLine = regexp.MustCompile(`^  \[(\d)/7\] (\S+) +(.+) \((\d[^)]*)\)$`)
 
 func TestCreateRunsTheStepTableAndDeleteUndoesIt(t *testing.T) {
 	m, h, progress := newTestManager(t)
@@ -75,11 +75,12 @@ func TestCreateRunsTheStepTableAndDeleteUndoesIt(t *testing.T) {
 			t.Errorf("unexpected progress line %q", line)
 		}
 	}
-	if want := []string{"netns", "veth", "cgroup", "files", "sidecar", "kernel"}; !slices.Equal(names, want) {
+	if want := []string{"netns", "veth", "cgroup", "files", "sidecar", "kernel", "container"}; !slices.Equal(names, want) {
 		t.Errorf("progress steps %v, want %v:\n%s", names, want, progress)
 	}
 	want := []string{"cgroup " + st.Cgroup, "etc-netns " + st.Netns, "netns " + st.Netns, "pins one",
-		fmt.Sprintf("process %d", m.sidecarPid(st)), fmt.Sprintf("process %d", st.SupervisorPid), "veth " + st.HostVeth}
+		fmt.Sprintf("process %d", m.sidecarPid(st)), fmt.Sprintf("process %d", st.SupervisorPid), "veth " + st.HostVeth,
+		"bundle " + st.Container.Bundle, "container one", "idclaim " + st.Container.IDClaim}
 	slices.Sort(want)
 	if got := h.liveSet(); !slices.Equal(got, want) {
 		t.Errorf("live after create %v, want %v", got, want)

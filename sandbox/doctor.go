@@ -39,6 +39,7 @@ type DoctorOptions struct {
 	Subnet       string // the --subnet sandboxes will use (DefaultSubnet when empty)
 	CgroupParent string // the --cgroup-parent (<cgroup2 root>/airlock when empty)
 	VaultAddr    string // Vault to reach, if any (VAULT_ADDR / --vault-addr)
+	Runtime      string // the --runtime sandboxes will use (DefaultRuntime when empty)
 }
 
 // doctorStage is one named check of Doctor; run returns its row (Name is filled in).
@@ -52,6 +53,10 @@ func (m *Manager) doctorStages() []doctorStage {
 	return []doctorStage{
 		{"privileges", m.checkPrivileges},
 		{"cgroup v2", m.checkCgroup2},
+		{"cgroup layout", m.checkCgroupLayout},
+		{"oci runtime", m.checkRuntime},
+		{"user namespaces", m.checkUserns},
+		{"overlayfs", m.checkOverlay},
 		{"bpffs", m.checkBPFFS},
 		{"kernel BPF features", m.checkBPFFeatures},
 		{"packet socket guard", m.checkPacketGuard},
@@ -63,7 +68,8 @@ func (m *Manager) doctorStages() []doctorStage {
 	}
 }
 
-// Doctor checks what the local backend needs from this machine: privileges, cgroup v2, bpffs,
+// Doctor checks what the local backend needs from this machine: privileges, cgroup v2 and the
+// cgroup layout, the OCI runtime, user namespaces, overlayfs, bpffs,
 // the kernel's BPF features, network namespaces and veth pairs, the sidecar ports, the subnet,
 // the state directory and Vault. Every failure comes with its fix.
 func (m *Manager) Doctor(ctx context.Context, o DoctorOptions) []Check {

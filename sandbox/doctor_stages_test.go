@@ -14,7 +14,7 @@ func TestDoctorStages(t *testing.T) {
 	for _, s := range m.doctorStages() {
 		names = append(names, s.name)
 	}
-	want := []string{"privileges", "cgroup v2", "bpffs", "kernel BPF features", "packet socket guard",
+	want := []string{"privileges", "cgroup v2", "cgroup layout", "oci runtime", "user namespaces", "overlayfs", "bpffs", "kernel BPF features", "packet socket guard",
 		"network namespaces", "subnet", "ports", "state directory", "vault"}
 	if !slices.Equal(names, want) {
 		t.Errorf("doctor stages %v, want %v", names, want)
@@ -32,6 +32,8 @@ func TestDoctorStages(t *testing.T) {
 		{"bpffs not mounted", func() {}, m.checkBPFFS, Warn},
 		{"vault not configured", func() {}, m.checkVault, Skip},
 		{"state directory", func() {}, m.checkStateDir, Pass},
+		{"runtime missing", func() { o.Runtime = "/nonexistent/runc" }, m.checkRuntime, Fail},
+		{"runtime answers its version", func() { o.Runtime = "/bin/true" }, m.checkRuntime, Pass},
 		{"no kernel", func() { m.Kernel = nil }, m.checkBPFFeatures, Fail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

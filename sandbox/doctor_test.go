@@ -10,10 +10,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/airlock-dev/airlock/test/privtest"
 	"github.com/airlock-dev/airlock/internal/sidecar"
-	"github.com/airlock-dev/airlock/test/testnet"
 	"github.com/airlock-dev/airlock/sandbox"
+	"github.com/airlock-dev/airlock/test/privtest"
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // TestDoctor runs the real checks on this machine: everything the tests themselves need must

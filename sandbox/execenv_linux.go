@@ -2,19 +2,15 @@ package sandbox
 
 import (
 	"os"
-	"os/user"
 	"slices"
-	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // defaultPath is the command's PATH unless --env passes another, as in a container image.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // execEnv builds the environment of a command `sandbox exec` runs, as `docker exec` does:
-// a baseline (PATH, HOME, HOSTNAME, LANG, and TERM when stdin is a terminal), then the
+// a baseline (PATH, HOME (the working directory), HOSTNAME (the sandbox name), LANG, and TERM when stdin is a terminal), then the
 // sandbox's env file unless o.NoEnv, then the variables o.Pass names (with o.NoEnv, a bare
 // KEY among proxyEnvKeys is not taken from the caller). Nothing else of the
 // caller's environment (o.Env) reaches the command: it may hold VAULT_TOKEN, or the variables
@@ -26,23 +22,24 @@ func execEnv(st *State, o ExecOptions) []string {
 			caller[k] = v
 		}
 	}
-	env := []string{"PATH=" + defaultPath, "HOME=" + execHome(o.UID, caller["HOME"])}
-	if h, err := os.Hostname(); err == nil {
-		env = append(env, "HOSTNAME="+h)
+	home := DefaultWorkdir
+	if st.Container != nil {
+		home = st.Container.Workdir
 	}
+	env := []string{"PATH=" + defaultPath, "HOME=" + home, "HOSTNAME=" + st.Name}
 	lang := caller["LANG"]
 	if lang == "" {
 		lang = "C.UTF-8"
 	}
 	env = append(env, "LANG="+lang)
-	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err == nil {
+	if _, tty := isTerminal(os.Stdin); tty {
 		term := caller["TERM"]
 		if term == "" {
 			term = "xterm"
 		}
 		env = append(env, "TERM="+term)
 	}
-	if !o.NoEnv {
+	if !o.NoEnv && st.Network != NetworkNone {
 		env = mergeEnv(env, st.EnvVars())
 	}
 	var pass []string
@@ -55,19 +52,4 @@ func execEnv(st *State, o ExecOptions) []string {
 		}
 	}
 	return mergeEnv(env, pass)
-}
-
-// execHome is the command's HOME: the caller's when the command keeps the caller's user,
-// else the home directory of uid ("/" when it has none).
-func execHome(uid int, callerHome string) string {
-	if uid < 0 || uid == os.Getuid() {
-		if callerHome != "" {
-			return callerHome
-		}
-		uid = os.Getuid()
-	}
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil && u.HomeDir != "" {
-		return u.HomeDir
-	}
-	return "/"
 }

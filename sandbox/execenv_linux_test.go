@@ -26,7 +26,7 @@ func TestExecEnv(t *testing.T) {
 			t.Errorf("%s=%q reached the command", k, v)
 		}
 	}
-	want := map[string]string{"FOO": "bar", "BAR": "baz", "LANG": "de_DE.UTF-8", "HOME": "/home/caller",
+	want := map[string]string{"FOO": "bar", "BAR": "baz", "LANG": "de_DE.UTF-8", "HOME": DefaultWorkdir,
 		"PATH": "/home/caller/bin:/usr/bin", "HTTPS_PROXY": "http://198.18.5.1:3128", "AIRLOCK_SANDBOX": "sb"}
 	for k, v := range want {
 		if got, _ := get(env, k); got != v {

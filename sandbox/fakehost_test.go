@@ -264,3 +264,47 @@ func (h *fakeHost) Probe() error                                  { return h.pro
 func (h *fakeHost) ProbePacketGuard() error                       { return errors.New("fake: no BPF LSM") }
 func (h *fakeHost) BPFLSMActive() (bool, error)                   { return false, nil }
 func (h *fakeHost) MountPoints(types ...string) ([]string, error) { return nil, nil }
+
+func (h *fakeHost) ClaimIDRange(base uint32, owner string) (uint32, string, error) {
+	var start uint32
+	var claim string
+	err := h.op("ClaimIDRange", func() error {
+		for start = base; h.live["idclaim /fake/idmap/"+fmt.Sprint(start)]; start += IDRangeSize {
+		}
+		claim = fmt.Sprintf("/fake/idmap/%d", start)
+		return h.create("idclaim " + claim)
+	})
+	return start, claim, err
+}
+
+func (h *fakeHost) ReleaseIDRange(claim string) error {
+	if claim == "" {
+		return nil
+	}
+	return h.op("ReleaseIDRange", func() error { return h.remove("idclaim " + claim) })
+}
+
+func (h *fakeHost) WriteBundle(st *State) error {
+	return h.op("WriteBundle", func() error { h.live["bundle "+st.Container.Bundle] = true; return nil })
+}
+
+func (h *fakeHost) RunContainer(st *State, logFile string) error {
+	return h.op("RunContainer", func() error { return h.create("container " + st.Container.ID) })
+}
+
+func (h *fakeHost) DeleteContainer(c *ContainerState) error {
+	return h.op("DeleteContainer", func() error {
+		delete(h.live, "bundle "+c.Bundle)
+		return h.remove("container " + c.ID)
+	})
+}
+
+func (h *fakeHost) StrayIDClaims(storeDir string) []string { return nil }
+
+func (h *fakeHost) HybridCgroups() bool { return false }
+
+func (h *fakeHost) LoopbackUp(netns string) error { return h.op("LoopbackUp", nil) }
+
+func (h *fakeHost) AttachDenyAll(name, cgroup string) error {
+	return h.op("AttachDenyAll", func() error { h.live["pins "+name] = true; return nil })
+}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -19,6 +20,28 @@ type hostOps interface {
 	networkOps
 	cgroupOps
 	processOps
+	containerOps
+}
+
+// containerOps are the OCI container operations: the host-wide uid range claims, the bundle
+// and the runtime.
+type containerOps interface {
+	// ClaimIDRange reserves a free uid/gid range from base on, host-wide, for owner.
+	ClaimIDRange(base uint32, owner string) (start uint32, claim string, err error)
+	// ReleaseIDRange removes a claim; a missing one is not an error.
+	ReleaseIDRange(claim string) error
+	// WriteBundle writes st's bundle (rootfs and config.json).
+	WriteBundle(st *State) error
+	// RunContainer has the runtime create and start st's container, detached, the runtime
+	// started in the sandbox's network namespace (and cgroups, when airlock places it).
+	RunContainer(st *State, logFile string) error
+	// DeleteContainer kills and deletes the container and removes its bundle; a missing one
+	// is not an error.
+	DeleteContainer(c *ContainerState) error
+	// StrayIDClaims lists claims owned by a missing state file of storeDir.
+	StrayIDClaims(storeDir string) []string
+	// HybridCgroups reports whether the host mounts cgroup v1 hierarchies beside v2.
+	HybridCgroups() bool
 }
 
 // networkOps are the network namespace and veth operations.
@@ -33,6 +56,8 @@ type networkOps interface {
 	DeleteNetns(name string) error
 	// WireLink creates the veth pair of l between this namespace and netns, with raw's routes.
 	WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error
+	// LoopbackUp brings up lo in netns (all a --network none sandbox has).
+	LoopbackUp(netns string) error
 	// DeleteHostVeth removes the pair from the namespace whose inode is hostNetns (the current
 	// one, or the supervisor's); a missing link is not an error.
 	DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
@@ -78,6 +103,7 @@ func (linuxHost) CurrentNetns() (uint64, error) { return currentNetnsInode() }
 func (linuxHost) NetnsExists(name string) bool  { return netnsExists(name) }
 func (linuxHost) CreateNetns(name string) error { return createNetns(name) }
 func (linuxHost) DeleteNetns(name string) error { return deleteNetns(name) }
+func (linuxHost) LoopbackUp(name string) error  { return loopbackUp(name) }
 
 func (linuxHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error {
 	return wireLink(netns, hostVeth, l, raw)
@@ -103,6 +129,24 @@ func (linuxHost) RemoveNetnsEtc(netns string) error {
 }
 
 func (linuxHost) CheckCgroup2Dir(path string) error { return checkCgroup2Dir(path) }
+
+func (linuxHost) ClaimIDRange(base uint32, owner string) (uint32, string, error) {
+	return claimIDRange(base, owner)
+}
+
+func (linuxHost) ReleaseIDRange(claim string) error      { return releaseIDRange(claim) }
+func (linuxHost) WriteBundle(st *State) error            { return writeBundle(st) }
+func (linuxHost) StrayIDClaims(storeDir string) []string { return strayIDClaims(storeDir) }
+
+func (linuxHost) RunContainer(st *State, logFile string) error { return runContainer(st, logFile) }
+
+func (linuxHost) DeleteContainer(c *ContainerState) error {
+	err := deleteContainer(c)
+	if rerr := os.RemoveAll(c.Bundle); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove bundle: %w", rerr))
+	}
+	return err
+}
 
 func (linuxHost) CgroupExists(path string) bool {
 	_, err := os.Stat(path)
@@ -155,3 +199,4 @@ func (linuxHost) Alive(pid int, start uint64) bool  { return alive(pid, start) }
 func (linuxHost) StopProcess(pid int, start uint64, grace time.Duration) error {
 	return stopProcess(pid, start, grace)
 }
+func (linuxHost) HybridCgroups() bool { return hybridCgroups() }

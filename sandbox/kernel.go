@@ -11,6 +11,9 @@ type Kernel interface {
 	PinDir(sandbox string) string
 	// Pinned reports whether sandbox's programs are pinned (its sidecar attached them).
 	Pinned(sandbox string) bool
+	// AttachDenyAll attaches and pins sandbox's programs on cgroup with nothing allowed (no
+	// listener, no CIDR): a --network none sandbox, which has no sidecar to attach them.
+	AttachDenyAll(sandbox, cgroup string) error
 	// RemovePins detaches and unpins sandbox's programs and maps; none pinned is not an error.
 	RemovePins(sandbox string) error
 	// Probe checks the kernel's BPF program, map and helper support the sidecar needs.

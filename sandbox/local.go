@@ -74,7 +74,21 @@ type CreateOptions struct {
 	CgroupParent string
 	// UpstreamDNS is the sidecar's own resolver (airlock run --upstream-dns).
 	UpstreamDNS string
-	Limits      Limits
+	// Limits are the container's; zero fields take the defaults (DefaultMemory, DefaultPids).
+	Limits Limits
+	// Runtime is the OCI runtime: runc (default), crun or a path.
+	Runtime string
+	// Mounts are host paths the sandbox sees (--mount SRC:DST[:ro|rw]).
+	Mounts []Mount
+	// Workdir is the private working directory and the commands' cwd (DefaultWorkdir when
+	// empty); a Mount at the same path takes its place.
+	Workdir string
+	// Network is NetworkSidecar (default) or NetworkNone (loopback only).
+	Network string
+	// TmpSize caps /tmp and the working directory in bytes (DefaultTmpSize when zero).
+	TmpSize int64
+	// IDBase is the first host uid/gid handed to sandboxes (DefaultIDBase when zero).
+	IDBase uint32
 	// RunArgs are extra `airlock run` flags for the sidecar.
 	RunArgs []string
 	// Env is the environment of the supervisor and the sidecar (credential sources, Vault,
@@ -320,7 +334,7 @@ func (m *Manager) reapReason(st *State, olderThan time.Duration) string {
 		return "half-created (its create did not finish)"
 	case st.Phase == PhaseDeleting:
 		return "half-deleted"
-	case !m.ops().Alive(st.SupervisorPid, st.SupervisorTick):
+	case st.Network != NetworkNone && !m.ops().Alive(st.SupervisorPid, st.SupervisorTick):
 		return "orphaned (its supervisor is gone)"
 	case time.Since(st.Created) > olderThan:
 		return fmt.Sprintf("older than %s (created %s)", olderThan, st.Created.Format(time.RFC3339))

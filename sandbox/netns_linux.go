@@ -218,3 +218,25 @@ func hostHandle(hostNetns uint64, supervisorPid int) (*netlink.Handle, error) {
 func ipnet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(bits, a.BitLen())}
 }
+
+// loopbackUp brings up lo in the named namespace (a --network none sandbox has nothing else).
+func loopbackUp(nsName string) error {
+	ns, err := netns.GetFromName(nsName)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", nsName, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", nsName, err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("lo in %s: %w", nsName, err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bring up lo in %s: %w", nsName, err)
+	}
+	return nil
+}

@@ -9,11 +9,11 @@ import (
 )
 
 // EnvVars is what the env file sets, in order: the proxy for every client spelling, the CA
-// bundle for every TLS stack, and the local model API.
+// bundle for every TLS stack (its path inside the sandbox), and the local model API.
 func (s *State) EnvVars() []string {
 	proxy := "http://" + s.HostAddr + ":3128"
 	noProxy := strings.Join([]string{"localhost", "127.0.0.1", "::1", s.HostAddr, LLMName}, ",")
-	bundle := s.CABundle()
+	bundle := InsideCABundle
 	return []string{
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,

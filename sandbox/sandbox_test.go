@@ -157,8 +157,8 @@ func TestEnvVars(t *testing.T) {
 	want := map[string]string{
 		"HTTP_PROXY": "http://10.200.0.1:3128", "HTTPS_PROXY": "http://10.200.0.1:3128",
 		"https_proxy": "http://10.200.0.1:3128", "OPENAI_BASE_URL": "http://10.200.0.1:4000/v1",
-		"ANTHROPIC_BASE_URL": "http://10.200.0.1:4000", "SSL_CERT_FILE": st.CABundle(),
-		"NODE_EXTRA_CA_CERTS": st.CABundle(), "REQUESTS_CA_BUNDLE": st.CABundle(), "GIT_SSL_CAINFO": st.CABundle(),
+		"ANTHROPIC_BASE_URL": "http://10.200.0.1:4000", "SSL_CERT_FILE": InsideCABundle,
+		"NODE_EXTRA_CA_CERTS": InsideCABundle, "REQUESTS_CA_BUNDLE": InsideCABundle, "GIT_SSL_CAINFO": InsideCABundle,
 	}
 	for k, v := range want {
 		if env[k] != v {

@@ -49,6 +49,10 @@ type State struct {
 	AdminAddr   string   `json:"admin_addr"`
 	Limits      Limits   `json:"limits"`
 	RawRoutes   []string `json:"raw_routes,omitempty"` // CIDRs routed to the host for protocol tcp rules
+	Network     string   `json:"network,omitempty"`    // NetworkSidecar ("") or NetworkNone
+
+	// Container is the OCI container the sandbox's commands run in.
+	Container *ContainerState `json:"container,omitempty"`
 
 	Binary      string   `json:"binary"`       // the airlock executable the supervisor runs
 	SidecarArgs []string `json:"sidecar_args"` // arguments after "airlock"
@@ -60,10 +64,12 @@ type State struct {
 	Kernel         bool   `json:"kernel"`                     // eBPF enforcement attached
 }
 
-// Limits are optional cgroup resource limits; zero means none.
+// Limits are the container's cgroup resource limits, set by the OCI runtime on whichever
+// hierarchy holds the controller (v2, or v1 on a hybrid host). In CreateOptions zero means the
+// default (DefaultMemory, DefaultPids; no CPU limit).
 type Limits struct {
-	CPU    float64 `json:"cpu,omitempty"`    // CPUs (cpu.max)
-	Memory int64   `json:"memory,omitempty"` // bytes (memory.max)
+	CPU    float64 `json:"cpu,omitempty"`    // CPUs (cpu.max, or the v1 CFS quota)
+	Memory int64   `json:"memory,omitempty"` // bytes (memory.max, or memory.limit_in_bytes)
 	Pids   int     `json:"pids,omitempty"`   // tasks (pids.max)
 }
 
@@ -81,6 +87,9 @@ func (s *State) CABundle() string { return filepath.Join(s.PublicDir(), "ca-bund
 
 // ResolvConf points the sandbox's resolver at its DNS filter.
 func (s *State) ResolvConf() string { return filepath.Join(s.PublicDir(), "resolv.conf") }
+
+// runtimeLog collects the OCI runtime's output.
+func (s *State) runtimeLog() string { return filepath.Join(s.Dir, "runtime.log") }
 
 // LogFile collects the supervisor's and the sidecar's output.
 func (s *State) LogFile() string { return filepath.Join(s.Dir, "sidecar.log") }

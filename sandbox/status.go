@@ -79,7 +79,7 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 	if m.ops().Alive(st.SupervisorPid, st.SupervisorTick) {
 		s.SupervisorPid = st.SupervisorPid
 	}
-	if st.Phase != PhaseReady {
+	if st.Phase != PhaseReady || st.Network == NetworkNone {
 		return s
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -20,9 +20,10 @@ set -euo pipefail
 #   clang, llvm (llvm-strip), libbpf-dev, linux-libc-dev: bpf2go compiles bpf/ (make generate);
 #   bpftool: inspecting pins when a kernel test fails; make, ca-certificates: the build;
 #   nodejs, npm: the official OpenAI and Anthropic Node SDKs and undici in the tests;
-#   runc, crun: the OCI runtimes local sandboxes run in (the adversarial tests run on both).
+#   runc, crun: the OCI runtimes every local sandbox runs in (runc is the default, the
+#   isolation tests run on both); procps: ps inside sandboxes in the isolation tests.
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
-	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm runc crun)
+	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm runc crun procps)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
 bench_pkgs=(wrk nghttp2-client squid-openssl tinyproxy dnsperf dnsmasq-base)

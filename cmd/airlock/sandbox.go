@@ -40,7 +40,7 @@ func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 	return dispatch("sandbox", sandboxUsage, map[string]runFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
 		"reap": sandboxReap, "doctor": sandboxDoctor,
-		"supervise": sandboxSupervise, "enter": sandboxEnter, // internal: started by create and exec
+		"supervise": sandboxSupervise, // internal: started by create
 	}, args, stdout, stderr)
 }
 
@@ -67,9 +67,12 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
 type createFlags struct {
 	stateDir, policy, profile, environment, subnet, cgroupParent, upstreamDNS, backend string
+	runtime, workdir, network, tmpSize                                                 string
 	cpu                                                                                float64
 	memory                                                                             string
 	pids                                                                               int
+	idBase                                                                             uint
+	mounts                                                                             mountList
 	readyTimeout                                                                       time.Duration
 }
 
@@ -82,9 +85,15 @@ func addCreateFlags(fs *flagSet) *createFlags {
 	fs.StringVar(&c.subnet, "subnet", sandbox.DefaultSubnet, "IPv4 pool for the sandboxes' links; each sandbox takes one /30 (.1 sidecar, .2 sandbox)")
 	fs.StringVar(&c.cgroupParent, "cgroup-parent", "", "cgroup v2 directory holding the sandboxes' cgroups (default <cgroup2 root>/airlock)")
 	fs.StringVar(&c.upstreamDNS, "upstream-dns", "", "resolver the sidecar uses (host:port); default: the policy's dns.upstreams, else /etc/resolv.conf")
-	fs.Float64Var(&c.cpu, "cpu", 0, "CPU limit in CPUs (cpu.max); 0 means none")
-	fs.StringVar(&c.memory, "memory", "", "memory limit (memory.max), e.g. 512M or 4G; empty means none")
-	fs.IntVar(&c.pids, "pids", 0, "task limit (pids.max); 0 means none")
+	fs.Float64Var(&c.cpu, "cpu", 0, "CPU limit in CPUs (e.g. 0.5, 2); 0 means none")
+	fs.StringVar(&c.memory, "memory", "2G", "memory limit, e.g. 512M or 4G")
+	fs.IntVar(&c.pids, "pids", sandbox.DefaultPids, "task limit")
+	fs.StringVar(&c.tmpSize, "tmp-size", "512M", "size cap of the private /tmp and of the working directory (each a tmpfs)")
+	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | PATH")
+	fs.Var(&c.mounts, "mount", "show host path SRC at DST inside, `SRC:DST[:ro|rw]`, read-only unless rw (repeatable)")
+	fs.StringVar(&c.workdir, "workdir", sandbox.DefaultWorkdir, "the commands' working directory inside: a private tmpfs, or a --mount at the same path")
+	fs.StringVar(&c.network, "network", "", "none: loopback only (no veth, no sidecar, no DNS); default: the sidecar's network")
+	fs.UintVar(&c.idBase, "id-base", sandbox.DefaultIDBase, "first host uid/gid handed to sandboxes (each takes 65536, host-wide, never overlapping)")
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for the sidecar to become ready")
 	fs.StringVar(&c.backend, "backend", "local", "local (network namespace + cgroup on this machine) | kubernetes (a pod with the sidecar injected)")
 	return c
@@ -96,10 +105,22 @@ func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOpti
 	if err != nil {
 		return sandbox.CreateOptions{}, failf("--memory %q: %v", c.memory, err)
 	}
+	tmp, err := parseBytes(c.tmpSize)
+	if err != nil {
+		return sandbox.CreateOptions{}, failf("--tmp-size %q: %v", c.tmpSize, err)
+	}
+	if c.cpu < 0 || c.pids < 0 {
+		return sandbox.CreateOptions{}, failf("--cpu and --pids must not be negative")
+	}
+	if c.idBase == 0 || c.idBase > 1<<32-1 {
+		return sandbox.CreateOptions{}, failf("--id-base %d: give a uid above the host's users, below 4294901760", c.idBase)
+	}
 	return sandbox.CreateOptions{
 		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
 		CgroupParent: c.cgroupParent, UpstreamDNS: c.upstreamDNS, RunArgs: runArgs, Env: os.Environ(),
-		Limits:       sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
+		Limits:  sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
+		Runtime: c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp,
+		IDBase:       uint32(c.idBase),
 		ReadyTimeout: c.readyTimeout,
 	}, nil
 }
@@ -584,7 +605,8 @@ func flagGiven(fs *flagSet, name string) bool {
 
 func sandboxDoctor(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
-Check that this machine can run sandboxes: privileges, cgroup v2, bpffs, the kernel's BPF
+Check that this machine can run sandboxes: privileges, cgroup v2 and the cgroup layout (pure v2
+or hybrid), the OCI runtime and its version, user namespaces, overlayfs, bpffs, the kernel's BPF
 features, the BPF LSM, network namespaces and veth pairs, the --subnet, wildcard listeners on
 the sidecar ports, the state directory and Vault (when VAULT_ADDR or --vault-addr is set).
 Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything failed.`, stderr)
@@ -592,6 +614,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 	subnet := fs.String("subnet", sandbox.DefaultSubnet, "the --subnet sandboxes will use")
 	cgroupParent := fs.String("cgroup-parent", "", "the --cgroup-parent sandboxes will use")
 	vaultAddr := fs.String("vault-addr", os.Getenv("VAULT_ADDR"), "Vault to check (default $VAULT_ADDR)")
+	runtimeName := fs.String("runtime", sandbox.DefaultRuntime, "the --runtime sandboxes will use: runc | crun | PATH")
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
 	rest, err := fs.parse(args, stdout, true)
 	if err != nil {
@@ -605,7 +628,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 	if err != nil {
 		return err
 	}
-	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr})
+	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: *subnet, CgroupParent: *cgroupParent, VaultAddr: *vaultAddr, Runtime: *runtimeName})
 	failed := 0
 	for _, c := range checks {
 		if c.Result == sandbox.Fail {
@@ -669,14 +692,24 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// sandboxEnter is the helper exec starts inside the sandbox; it execs the command.
-func sandboxEnter(args []string, stdout, stderr io.Writer) error {
-	err := sandbox.Enter(sidecar.SandboxKernel())
-	var ee *sandbox.ExecError
-	if errors.As(err, &ee) {
-		return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
+// mountList is the repeatable --mount flag.
+type mountList []sandbox.Mount
+
+func (l *mountList) String() string {
+	var out []string
+	for _, m := range *l {
+		out = append(out, m.Source+":"+m.Dest)
 	}
-	return &exitError{code: 126, msg: "sandbox exec: " + err.Error()}
+	return strings.Join(out, ",")
+}
+
+func (l *mountList) Set(s string) error {
+	m, err := sandbox.ParseMount(s)
+	if err != nil {
+		return err
+	}
+	*l = append(*l, m)
+	return nil
 }
 
 // envList is the repeatable --env flag of sandbox exec.

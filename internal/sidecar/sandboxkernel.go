@@ -30,6 +30,16 @@ func (k sandboxKernel) Pinned(name string) bool {
 
 func (sandboxKernel) RemovePins(name string) error { return ebpf.Remove("", name) }
 
+// AttachDenyAll attaches and pins the programs with no listener and no CIDR, then lets go of
+// them: the pins keep the cgroup enforced, denying every connection but loopback.
+func (sandboxKernel) AttachDenyAll(name, cgroup string) error {
+	e, err := ebpf.Open(ebpf.Config{Sandbox: name, Cgroup: cgroup})
+	if err != nil {
+		return err
+	}
+	return e.Close()
+}
+
 func (sandboxKernel) Probe() error { return ebpf.Probe() }
 
 func (sandboxKernel) ProbePacketGuard() error { return ebpf.ProbePacketGuard() }

@@ -129,6 +129,8 @@ var heavies = []heavy{
 	{"sigs.k8s.io/", []string{"sandbox/kube", "test/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
 	{"github.com/google/go-containerregistry", []string{"internal/imagebuild"}, "image building (make image) lives in internal/imagebuild only, never in the airlock binary"},
 	{"github.com/tiktoken-go/tokenizer", []string{"llmproxy", "test/fakellm"}, "the tokenizer vocabularies (~10 MB of binary) live in llmproxy (and the fake provider that counts like the real APIs) only"},
+	{"github.com/opencontainers/runtime-spec", []string{"sandbox"}, "the OCI runtime-spec types (a local sandbox's config.json and exec process) live in sandbox only"},
+	{"github.com/moby/profiles", []string{"sandbox"}, "the default seccomp profile (Docker's, kept by moby) of local sandboxes lives in sandbox only"},
 	{"k8s.io/client-go/kubernetes", []string{"test/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 

@@ -13,10 +13,11 @@ import (
 )
 
 // TestSandboxConfinement checks what `sandbox exec` takes away from a command even when it runs
-// as root: the airlock state directory (CA key, other sandboxes) is hidden except for the
-// sandbox's public files, the cgroup filesystem is read-only, every capability is gone and
-// no_new_privs is set, so the command can neither leave the network namespace nor the cgroup
-// nor change the sandbox's routes.
+// as root: it is root of a user namespace mapped to an unprivileged host uid range, the
+// airlock state directory (CA key, other sandboxes) is not in its view at all (the env file
+// and CA bundle are at /etc/airlock), the cgroup filesystem is masked, every capability is
+// gone and no_new_privs is set, so the command can neither leave the network namespace nor the
+// cgroup nor change the sandbox's routes.
 func TestSandboxConfinement(t *testing.T) {
 	e := newSandboxEnv(t)
 	name := e.name("confine")
@@ -27,8 +28,11 @@ func TestSandboxConfinement(t *testing.T) {
 		`echo "uid=$(id -u)"`,
 		`grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs):' /proc/self/status`,
 		`cat ` + filepath.Join(sbDir, "sidecar", "ca.key") + ` >/dev/null 2>&1 && echo "cakey=readable" || echo "cakey=hidden"`,
-		`ls ` + filepath.Join(e.stateDir, "sandboxes") + ` | tr '\n' ' ' | sed 's/^/store=/'; echo`,
-		`grep -q HTTPS_PROXY ` + info.EnvFile + ` && echo "envfile=readable" || echo "envfile=unreadable"`,
+		`echo "store=$(ls ` + filepath.Join(e.stateDir, "sandboxes") + ` 2>/dev/null | tr '\n' ' ')"`,
+		`grep -q HTTPS_PROXY /etc/airlock/env && echo "envfile=readable" || echo "envfile=unreadable"`,
+		`grep -q "BEGIN CERTIFICATE" /etc/airlock/ca/ca-bundle.pem && echo "cabundle=readable" || echo "cabundle=unreadable"`,
+		`test -e ` + info.EnvFile + ` && echo "statedir=visible" || echo "statedir=absent"`,
+		`head -1 /proc/self/uid_map | awk '{print "uidmap=" $1 "," ($2 != 0) "," $3}'`,
 		`(echo $$ > ` + filepath.Join(e.cgParent, "cgroup.procs") + `) 2>/dev/null && echo "cgroup=escaped" || echo "cgroup=held"`,
 		`nsenter --net=/proc/1/ns/net true 2>/dev/null && echo "netns=escaped" || echo "netns=held"`,
 		`ip route add default via ` + info.HostAddr + ` 2>/dev/null && echo "route=changed" || echo "route=held"`,
@@ -41,7 +45,8 @@ func TestSandboxConfinement(t *testing.T) {
 	out := r.Stdout
 	for _, want := range []string{
 		"uid=0", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "CapPrm:\t0000000000000000",
-		"NoNewPrivs:\t1", "cakey=hidden", "store=" + name + " \n", "envfile=readable", "cgroup=held",
+		"NoNewPrivs:\t1", "cakey=hidden", "store=\n", "envfile=readable", "cabundle=readable", "statedir=absent",
+		"uidmap=0,1,65536", "cgroup=held",
 		"netns=held", "route=held", "nameserver " + info.HostAddr,
 	} {
 		if !strings.Contains(out, want) {

@@ -68,7 +68,16 @@ type sbEnv struct {
 	certDir    string // empty: SSL_CERT_DIR, so only SSL_CERT_FILE is trusted
 	python     string
 	seq        atomic.Int64
+	// out is a host directory every sandbox of the fixture sees read-write at outInside: the
+	// files a test hands in (the probe binary, the world's CA) and those it reads back.
+	out string
 }
+
+// outInside is where sandboxes see sbEnv.out.
+const outInside = "/e2e"
+
+// inside is the path inside a sandbox of the file name in e.out.
+func (e *sbEnv) inside(name string) string { return filepath.Join(outInside, name) }
 
 func newSandboxEnv(t *testing.T) *sbEnv {
 	t.Helper()
@@ -101,7 +110,36 @@ func newSandboxEnv(t *testing.T) *sbEnv {
 	}
 	e.policyFile = e.w.WriteFile(t, "sandbox-policy.yaml", []byte(sbPolicy))
 	e.cgParent = testnet.NewCgroup(t).Path
+	e.out = sharedDir(t)
+	copyFile(t, testnet.ProbeBinary(t), filepath.Join(e.out, "probe"), 0o755)
+	copyFile(t, e.w.CA.File, filepath.Join(e.out, "ca.pem"), 0o644)
 	return e
+}
+
+// sharedDir makes a directory a sandbox can be handed with --mount: on a path its unprivileged
+// mapped root can traverse (not under a test's 0700 temporary directory), writable by it.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "airlock-e2e-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, mode); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // name returns a sandbox name unique on this machine (pid) and in this process.
@@ -172,7 +210,7 @@ func (e *sbEnv) run(t *testing.T, stdin io.Reader, env []string, args ...string)
 // createArgs are the flags every create gets after NAME.
 func (e *sbEnv) createArgs(extra ...string) []string {
 	return append([]string{"--policy", e.policyFile, "--state-dir", e.stateDir, "--subnet", sbSubnet,
-		"--cgroup-parent", e.cgParent, "--upstream-dns", e.w.DNS.Addr.String()}, extra...)
+		"--cgroup-parent", e.cgParent, "--upstream-dns", e.w.DNS.Addr.String(), "--mount", e.out + ":" + outInside + ":rw"}, extra...)
 }
 
 // createEnv is create's extra environment: the secrets the sidecar reads.
@@ -271,7 +309,7 @@ func (e *sbEnv) sh(t *testing.T, name, script string) cliResult {
 func (e *sbEnv) probe(t *testing.T, name string) *testnet.SandboxProbe {
 	t.Helper()
 	// exec gives the command a clean environment: the probe switch must be passed by name.
-	args := []string{"sandbox", "exec", "--state-dir", e.stateDir, "--env", testnet.EnvProbe, name, "--", testnet.ProbeBinary(t)}
+	args := []string{"sandbox", "exec", "--state-dir", e.stateDir, "--env", testnet.EnvProbe, name, "--", e.inside("probe")}
 	return testnet.StartProbeCommand(t, e.command(context.Background(), []string{testnet.ProbeEnv}, args...))
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/ebpf"
+	"github.com/airlock-dev/airlock/sandbox"
 	"github.com/airlock-dev/airlock/test/testnet"
 )
 
@@ -107,8 +108,8 @@ func testSandboxProxied(t *testing.T, e *sbEnv, name string, info sandboxInfo) {
 	}
 	proxyURL := "http://" + hostPort(info.HostAddr, "3128")
 	for _, want := range []string{"HTTPS_PROXY=" + proxyURL, "HTTP_PROXY=" + proxyURL, "https_proxy=" + proxyURL,
-		"SSL_CERT_FILE=" + info.CABundle, "REQUESTS_CA_BUNDLE=" + info.CABundle, "GIT_SSL_CAINFO=" + info.CABundle,
-		"NODE_EXTRA_CA_CERTS=" + info.CABundle, "OPENAI_BASE_URL=http://" + hostPort(info.HostAddr, "4000") + "/v1",
+		"SSL_CERT_FILE=" + sandbox.InsideCABundle, "REQUESTS_CA_BUNDLE=" + sandbox.InsideCABundle, "GIT_SSL_CAINFO=" + sandbox.InsideCABundle,
+		"NODE_EXTRA_CA_CERTS=" + sandbox.InsideCABundle, "OPENAI_BASE_URL=http://" + hostPort(info.HostAddr, "4000") + "/v1",
 		"ANTHROPIC_BASE_URL=http://" + hostPort(info.HostAddr, "4000"), "AIRLOCK_SANDBOX=" + name} {
 		if !bytes.Contains(envFile, []byte(want+"\n")) {
 			t.Errorf("env file lacks %q:\n%s", want, envFile)
@@ -127,8 +128,8 @@ func testSandboxProxied(t *testing.T, e *sbEnv, name string, info sandboxInfo) {
 		}
 		e.waitAudit(t, name, before, "explicit CONNECT to allowed.test:8443 (curl)", viaProxy)
 		// A denied host: 403 with the contract's header and JSON reason.
-		hf := filepath.Join(e.w.Dir, "denied-headers-"+name)
-		r = e.sh(t, name, curlScript("--dump-header "+hf+" http://denied.test/x"))
+		hf := filepath.Join(e.out, "denied-headers-"+name)
+		r = e.sh(t, name, curlScript("--dump-header "+e.inside("denied-headers-"+name)+" http://denied.test/x"))
 		body, code, _ = parseCurl(t, r)
 		raw, _ := os.ReadFile(hf)
 		checkDenial(t, code, lastHeaderBlock(string(raw)), body, testnet.NameDenied, 80, "", "no_rule")
@@ -142,10 +143,10 @@ func testSandboxProxied(t *testing.T, e *sbEnv, name string, info sandboxInfo) {
 	})
 
 	t.Run("git", func(t *testing.T) {
-		dst := filepath.Join(e.w.Dir, "clone-"+name)
+		dst, dstIn := filepath.Join(e.out, "clone-"+name), e.inside("clone-"+name)
 		gitProxy := tunnelTo("connect", "git.test:8443")
 		before := e.auditCount(t, name, gitProxy)
-		r := e.exec(t, nil, name, nil, nil, "git", "clone", "--quiet", e.git.URLAt(8443), dst)
+		r := e.exec(t, nil, name, nil, nil, "git", "clone", "--quiet", e.git.URLAt(8443), dstIn)
 		if r.Code != 0 {
 			t.Fatalf("git clone: %s", r)
 		}
@@ -153,7 +154,7 @@ func testSandboxProxied(t *testing.T, e *sbEnv, name string, info sandboxInfo) {
 		if err != nil || string(got) != testnet.GitFileContent {
 			t.Fatalf("cloned file: %q %v", got, err)
 		}
-		r = e.exec(t, nil, name, nil, nil, "git", "-C", dst, "rev-parse", "HEAD")
+		r = e.exec(t, nil, name, nil, nil, "git", "-C", dstIn, "rev-parse", "HEAD")
 		if strings.TrimSpace(r.Stdout) != e.git.Commit {
 			t.Errorf("cloned HEAD %q, want %q", r.Stdout, e.git.Commit)
 		}
@@ -285,14 +286,14 @@ func testSandboxTransparent(t *testing.T, e *sbEnv, name string) {
 	}
 	env = nil
 	before := len(e.w.Allowed.Requests())
-	r = e.exec(t, []string{"--no-env"}, name, env, nil, "sh", "-c", curlScript("--cacert "+e.w.CA.File+" https://allowed.test/transparent"))
+	r = e.exec(t, []string{"--no-env"}, name, env, nil, "sh", "-c", curlScript("--cacert "+e.inside("ca.pem")+" https://allowed.test/transparent"))
 	body, code, _ := parseCurl(t, r)
 	if r.Code != 0 || code != 200 || !strings.Contains(body, "upstream=198.18.0.10 port=443 host=allowed.test method=GET path=/transparent") {
 		t.Fatalf("transparent curl: %s", r)
 	}
 	r = e.exec(t, []string{"--no-env"}, name, env, nil, e.python, "-c",
 		`import ssl, urllib.request
-ctx = ssl.create_default_context(cafile="`+e.w.CA.File+`")
+ctx = ssl.create_default_context(cafile="`+e.inside("ca.pem")+`")
 print(urllib.request.urlopen("https://allowed.test/transparent-py", timeout=20, context=ctx).read().decode())`)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "path=/transparent-py") {
 		t.Fatalf("transparent python: %s", r)
@@ -302,8 +303,8 @@ print(urllib.request.urlopen("https://allowed.test/transparent-py", timeout=20, 
 	}
 	// git with no proxy variable: the kernel sends its HTTPS to the transparent proxy.
 	gitBefore := len(e.git.Requests())
-	dst := filepath.Join(e.w.Dir, "clone-transparent-"+name)
-	r = e.exec(t, []string{"--no-env"}, name, env, nil, "git", "-c", "http.sslCAInfo="+e.w.CA.File, "clone", "--quiet", e.git.URLAt(443), dst)
+	dst := filepath.Join(e.out, "clone-transparent-"+name)
+	r = e.exec(t, []string{"--no-env"}, name, env, nil, "git", "-c", "http.sslCAInfo="+e.inside("ca.pem"), "clone", "--quiet", e.git.URLAt(443), e.inside("clone-transparent-"+name))
 	if r.Code != 0 {
 		t.Fatalf("transparent git clone: %s", r)
 	}
@@ -314,11 +315,11 @@ print(urllib.request.urlopen("https://allowed.test/transparent-py", timeout=20, 
 		t.Error("transparent git clone: the git server saw no request")
 	}
 	// A denied name does not resolve; its address, given by hand, gets nowhere.
-	r = e.exec(t, []string{"--no-env"}, name, env, nil, "curl", "--silent", "--max-time", "20", "--cacert", e.w.CA.File, "https://denied.test/")
+	r = e.exec(t, []string{"--no-env"}, name, env, nil, "curl", "--silent", "--max-time", "20", "--cacert", e.inside("ca.pem"), "https://denied.test/")
 	if r.Code != curlResolveFailed {
 		t.Errorf("transparent curl to a denied name: want exit %d (name refused): %s", curlResolveFailed, r)
 	}
-	r = e.exec(t, []string{"--no-env"}, name, env, nil, "curl", "--silent", "--max-time", "20", "--cacert", e.w.CA.File,
+	r = e.exec(t, []string{"--no-env"}, name, env, nil, "curl", "--silent", "--max-time", "20", "--cacert", e.inside("ca.pem"),
 		"--resolve", "denied.test:443:198.18.0.20", "https://denied.test/")
 	if r.Code == 0 {
 		t.Errorf("transparent curl to a denied address succeeded: %s", r)
@@ -341,10 +342,12 @@ func testSandboxExec(t *testing.T, e *sbEnv, name string) {
 	if r.Code != 0 || r.Stdout != "LINE ONE\nLINE TWO\n" {
 		t.Errorf("stdin through exec: %s", r)
 	}
-	// The command runs in the sandbox's cgroup and namespace.
-	r = e.sh(t, name, "cat /proc/self/cgroup; readlink /proc/self/ns/net")
-	if !strings.Contains(r.Stdout, "/"+name+"\n") {
-		t.Errorf("exec'd process is not in the sandbox cgroup: %s", r)
+	// The command runs in the sandbox's cgroup and namespace. Inside, its own cgroup
+	// namespace shows "/": look at it from the host.
+	cgroup, netns := hostViewOfExec(t, e, name)
+	if !strings.Contains(cgroup, "0::"+strings.TrimPrefix(filepath.Join(e.cgParent, name), "/sys/fs/cgroup/unified")+"\n") &&
+		!strings.Contains(cgroup, "0::"+strings.TrimPrefix(filepath.Join(e.cgParent, name), "/sys/fs/cgroup")+"\n") {
+		t.Errorf("exec'd process is not in the sandbox cgroup %s: %s", filepath.Join(e.cgParent, name), cgroup)
 	}
 	nsIno := func(p string) string {
 		var st syscall.Stat_t
@@ -353,13 +356,51 @@ func testSandboxExec(t *testing.T, e *sbEnv, name string) {
 		}
 		return fmt.Sprintf("net:[%d]", st.Ino)
 	}
-	if !strings.Contains(r.Stdout, nsIno("/run/netns/airlock-"+name)) {
-		t.Errorf("exec'd process is not in netns airlock-%s: %s", name, r)
+	if netns != nsIno("/run/netns/airlock-"+name) {
+		t.Errorf("exec'd process is in %s, not in netns airlock-%s", netns, name)
 	}
 	r = e.exec(t, nil, e.name("missing"), nil, nil, "true")
 	if r.Code != 1 || !strings.HasPrefix(r.Stderr, "airlock: ") {
 		t.Errorf("exec in a missing sandbox: %s, want exit 1 with an airlock: line", r)
 	}
+}
+
+// hostViewOfExec runs a command in sandbox name and returns its /proc/PID/cgroup and network
+// namespace as the host sees them.
+func hostViewOfExec(t *testing.T, e *sbEnv, name string) (cgroup, netns string) {
+	t.Helper()
+	marker := "hostview-" + name
+	ctx, cancel := context.WithTimeout(context.Background(), sbCommandTimeout)
+	defer cancel()
+	cmd := e.command(ctx, nil, "sandbox", "exec", "--state-dir", e.stateDir, name, "--", "sh", "-c", "echo started; read x", marker)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); _ = cmd.Wait() }()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "started\n" {
+		t.Fatalf("exec: %q, %v", line, err)
+	}
+	pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range pids {
+		args, err := os.ReadFile(p)
+		if err != nil || !bytes.HasSuffix(args, []byte("\x00"+marker+"\x00")) || !bytes.HasPrefix(args, []byte("sh\x00")) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+		ns, _ := os.Readlink(filepath.Join(dir, "ns", "net"))
+		return string(cg), ns
+	}
+	t.Fatalf("no process with %s on the host", marker)
+	return "", ""
 }
 
 // kill -9 the sidecar: the sandbox stays closed while it is down, and the supervisor starts

@@ -1,10 +1,12 @@
 package main
 
 // The sandbox section of `make bench`: how long `airlock sandbox create` and `airlock sandbox
-// delete` take, cold (every create builds a new namespace, veth, cgroup, CA and sidecar with
-// its kernel programs), as wall time of the command a user types, and how long `sandbox exec
-// NAME true` takes (the price of one more command in a reused sandbox). It needs root, cgroup
-// v2 and bpffs; without them it reports why and is skipped.
+// delete` take, cold (every create builds a new namespace, veth, cgroup, CA, sidecar with its
+// kernel programs and OCI container), as wall time of the command a user types, how long
+// `sandbox exec NAME true` takes (the price of one more command in a reused sandbox), and
+// `sandbox exec --ephemeral NAME -- true` end to end (the per-tool-call mode: create, run,
+// delete). It needs root, cgroup v2, bpffs and the OCI runtime (runc); without them it
+// reports why and is skipped.
 //
 // The sandboxes' host side lives in a network namespace the bench creates and removes, so the
 // machine's own network is never touched.
@@ -23,14 +25,15 @@ import (
 	"github.com/airlock-dev/airlock/ebpf"
 )
 
-const sandboxCycles = 10
-
 // sandboxReport holds the sandbox section's figures.
 type sandboxReport struct {
-	skipped              string
-	create, del, execute []time.Duration
-	err                  error
+	skipped                         string
+	create, del, execute, ephemeral []time.Duration
+	err                             error
 }
+
+// ephemeralTarget is the median `exec --ephemeral -- true` should stay under on 2 cores.
+const ephemeralTarget = 200 * time.Millisecond
 
 func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 	if os.Geteuid() != 0 {
@@ -68,12 +71,14 @@ func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 		}
 		return d, nil
 	}
+	create := []string{"--profile", "offline", "--state-dir", stateDir, "--subnet", "198.19.200.0/24",
+		"--cgroup-parent", cgParent, "--upstream-dns", "127.0.0.1:1"}
 	var r sandboxReport
-	e.progress("sandbox: %d cold create/exec/delete cycles", sandboxCycles)
-	for i := range sandboxCycles {
+	cycles := max(e.cfg.sandboxRuns, 1)
+	e.progress("sandbox: %d cold create/exec/delete cycles, %d exec --ephemeral", cycles, cycles)
+	for i := range cycles {
 		name := fmt.Sprintf("bench%d", i)
-		d, err := airlock("create", name, "--profile", "offline", "--state-dir", stateDir,
-			"--subnet", "198.19.200.0/24", "--cgroup-parent", cgParent, "--upstream-dns", "127.0.0.1:1")
+		d, err := airlock(append([]string{"create", name}, create...)...)
 		if err != nil {
 			r.err = err
 			_, _ = airlock("delete", name, "--state-dir", stateDir)
@@ -92,11 +97,22 @@ func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 		}
 		r.del = append(r.del, d)
 	}
+	for i := range cycles {
+		name := fmt.Sprintf("bencheph%d", i)
+		args := append(append([]string{"exec", "--ephemeral"}, create...), name, "--", "true")
+		d, err := airlock(args...)
+		if err != nil {
+			r.err = err
+			_, _ = airlock("delete", name, "--state-dir", stateDir)
+			return r
+		}
+		r.ephemeral = append(r.ephemeral, d)
+	}
 	return r
 }
 
 func printSandboxReport(w io.Writer, r sandboxReport) {
-	fmt.Fprintln(w, "\nLocal sandboxes (airlock sandbox create/exec/delete, wall time of the command, cold: new netns, veth, cgroup, CA, sidecar and eBPF each time)")
+	fmt.Fprintln(w, "\nLocal sandboxes (airlock sandbox create/exec/delete and exec --ephemeral -- true, wall time of the command, cold: new netns, veth, cgroup, CA, sidecar, eBPF and OCI container each time)")
 	switch {
 	case r.skipped != "":
 		fmt.Fprintf(w, "  skipped: %s\n", r.skipped)
@@ -113,22 +129,22 @@ func printSandboxReport(w io.Writer, r sandboxReport) {
 		}
 		s := slices.Clone(ds)
 		slices.Sort(s)
-		fmt.Fprintf(w, "  %-8s n=%-3d min %7s  median %7s  max %7s%s\n", what, len(s),
+		fmt.Fprintf(w, "  %-9s n=%-3d min %7s  median %7s  max %7s%s\n", what, len(s),
 			s[0].Round(time.Millisecond/10), s[len(s)/2].Round(time.Millisecond/10), s[len(s)-1].Round(time.Millisecond/10), target)
 	}
-	met := ""
-	if len(r.create) > 0 {
-		s := slices.Clone(r.create)
-		slices.Sort(s)
-		if s[len(s)/2] < 100*time.Millisecond {
-			met = "   target < 100 ms: met (median)"
-		} else {
-			met = "   target < 100 ms: NOT met (median)"
-		}
-	}
-	row("create", r.create, met)
+	row("create", r.create, "")
 	row("exec", r.execute, "")
 	row("delete", r.del, "")
+	met := ""
+	if len(r.ephemeral) > 0 {
+		s := slices.Clone(r.ephemeral)
+		slices.Sort(s)
+		met = fmt.Sprintf("   target < %s: met (median)", ephemeralTarget)
+		if s[len(s)/2] >= ephemeralTarget {
+			met = fmt.Sprintf("   target < %s: NOT met (median)", ephemeralTarget)
+		}
+	}
+	row("ephemeral", r.ephemeral, met)
 }
 
 // airlock returns the airlock binary the bench runs, building it into dir if no leg has yet.

@@ -1,0 +1,156 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Defaults of a local sandbox's container, applied when create is given no flag for them.
+const (
+	// DefaultRuntime is the OCI runtime that runs the container (Debian's runc).
+	DefaultRuntime = "runc"
+	// DefaultMemory is the memory limit in bytes (2 GiB).
+	DefaultMemory = 2 << 30
+	// DefaultPids is the task limit.
+	DefaultPids = 1024
+	// DefaultTmpSize caps the private /tmp and the working directory, each a tmpfs (512 MiB).
+	DefaultTmpSize = 512 << 20
+	// DefaultWorkdir is the private writable working directory inside, and the commands' cwd.
+	DefaultWorkdir = "/work"
+	// DefaultIDBase is the first host uid and gid handed to sandboxes: sandbox n maps its
+	// uids and gids 0-65535 to DefaultIDBase + n*IDRangeSize onwards. It lies above the ranges
+	// Debian and systemd give users, dynamic users and nspawn containers (below 0x70000000)
+	// and below systemd's foreign range (0x7FFF0000).
+	DefaultIDBase = 0x70000000
+	// IDRangeSize is how many uids (and gids) each sandbox gets.
+	IDRangeSize = 65536
+	// MaxIDRanges bounds the ranges handed out from an id base (4094 from the default).
+	MaxIDRanges = 4094
+)
+
+// Network modes of a local sandbox.
+const (
+	// NetworkSidecar is the default: a veth to the sandbox's own sidecar.
+	NetworkSidecar = ""
+	// NetworkNone is loopback only: no veth, no sidecar, no DNS.
+	NetworkNone = "none"
+)
+
+// Paths inside a sandbox's container.
+const (
+	// InsideCABundle is the CA bundle inside the sandbox (the path pods use too).
+	InsideCABundle = "/etc/airlock/ca/ca-bundle.pem"
+	// InsideEnvFile is the env file inside the sandbox.
+	InsideEnvFile = "/etc/airlock/env"
+)
+
+// Mount is a host directory or file the sandbox sees at Dest (--mount SRC:DST[:ro|rw]).
+type Mount struct {
+	Source   string `json:"source"`
+	Dest     string `json:"dest"`
+	Writable bool   `json:"writable,omitempty"`
+}
+
+// ParseMount reads SRC:DST[:ro|rw]: absolute paths, read-only unless rw. SRC must exist.
+func ParseMount(s string) (Mount, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return Mount{}, fmt.Errorf("--mount %q: want SRC:DST[:ro|rw]", s)
+	}
+	m := Mount{Source: parts[0], Dest: parts[1]}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "ro":
+		case "rw":
+			m.Writable = true
+		default:
+			return Mount{}, fmt.Errorf("--mount %q: the mode is ro or rw, not %q", s, parts[2])
+		}
+	}
+	if !filepath.IsAbs(m.Source) {
+		return Mount{}, fmt.Errorf("--mount %q: SRC must be an absolute path", s)
+	}
+	m.Source = filepath.Clean(m.Source)
+	if _, err := os.Stat(m.Source); err != nil {
+		return Mount{}, fmt.Errorf("--mount %q: %w", s, err)
+	}
+	dest, err := checkInsidePath(m.Dest)
+	if err != nil {
+		return Mount{}, fmt.Errorf("--mount %q: DST %w", s, err)
+	}
+	m.Dest = dest
+	return m, nil
+}
+
+// reservedInside are the container paths a --mount or --workdir may not cover or sit under:
+// the runtime's own filesystems and airlock's files.
+var reservedInside = []string{"/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/tmp"}
+
+// checkInsidePath cleans an absolute path inside the sandbox and refuses "/" and the reserved
+// system paths.
+func checkInsidePath(p string) (string, error) {
+	if !path.IsAbs(p) {
+		return "", fmt.Errorf("%q must be an absolute path", p)
+	}
+	p = path.Clean(p)
+	if p == "/" {
+		return "", errors.New("may not be /")
+	}
+	for _, r := range reservedInside {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return "", fmt.Errorf("%q: %s belongs to the sandbox's system view", p, r)
+		}
+	}
+	return p, nil
+}
+
+// ContainerState is what a local sandbox's container is: which runtime runs it, where its
+// bundle and the runtime's state live, and what it maps and mounts.
+type ContainerState struct {
+	Runtime string `json:"runtime"` // absolute path of the OCI runtime
+	Root    string `json:"root"`    // the runtime's private --root
+	ID      string `json:"id"`      // the container id under Root
+	Bundle  string `json:"bundle"`  // config.json and rootfs/
+	// IDBase is the first host uid and gid of the sandbox's range (0 before one is claimed);
+	// IDClaim is the host-wide claim file that reserves it.
+	IDBase      uint32 `json:"id_base,omitempty"`
+	IDClaim     string `json:"id_claim,omitempty"`
+	CgroupsPath string `json:"cgroups_path"` // the OCI cgroupsPath: the cgroup relative to each hierarchy's root
+	// SelfCgroups says airlock, not the runtime, places the container's processes in their
+	// cgroups and sets the limits (crun on a hybrid host: see v1LimitDirs); Global then holds
+	// the runtime flag that turns its cgroup support off.
+	SelfCgroups bool     `json:"self_cgroups,omitempty"`
+	Global      []string `json:"global,omitempty"`
+	Workdir     string   `json:"workdir"`
+	TmpSize     int64    `json:"tmp_size"`
+	Mounts      []Mount  `json:"mounts,omitempty"`
+}
+
+// resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.
+func resolveRuntime(name string) (string, error) {
+	if name == "" {
+		name = DefaultRuntime
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("--runtime %s: %w (install it: apt-get install %s, or run `airlock sandbox doctor`)", name, err, filepath.Base(name))
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("--runtime %s: %w", name, err)
+	}
+	return abs, nil
+}
+
+// bundleRoot holds the sandboxes' bundles. It is outside the state directory (mode 0700): the
+// runtime mounts from inside the sandbox's user namespace, as the unprivileged mapped root, so
+// the root filesystem's path must be traversable by it.
+const bundleRoot = "/run/airlock/bundles"
+
+// idClaimDir holds one claim file per id range in use, host-wide (every state directory).
+const idClaimDir = "/run/airlock/idmap"

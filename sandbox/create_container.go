@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// planContainer fills in st's container, network mode and limits from o: the runtime and its
+// private root under the state directory, the bundle, the cgroup relative to the hierarchy
+// roots (the runtime puts the container there in every hierarchy: the v2 cgroup that carries
+// the kernel programs, and on a hybrid host the v1 memory, pids and cpu ones that carry the
+// limits), the working directory, the mounts and the defaults.
+func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
+	o, st := c.o, c.st
+	rt, err := resolveRuntime(o.Runtime)
+	if err != nil {
+		return err
+	}
+	switch o.Network {
+	case NetworkSidecar, NetworkNone:
+		st.Network = o.Network
+	default:
+		return fmt.Errorf("--network %q: use none, or leave it out for the sidecar's network", o.Network)
+	}
+	rel, ok := strings.CutPrefix(st.Cgroup, strings.TrimSuffix(cgroup2Root, "/")+"/")
+	if !ok {
+		return fmt.Errorf("cgroup %s is not under the cgroup v2 root %s", st.Cgroup, cgroup2Root)
+	}
+	workdir := o.Workdir
+	if workdir == "" {
+		workdir = DefaultWorkdir
+	}
+	if workdir, err = checkInsidePath(workdir); err != nil {
+		return fmt.Errorf("--workdir %w", err)
+	}
+	if err := checkMounts(o.Mounts); err != nil {
+		return err
+	}
+	st.Container = &ContainerState{
+		Runtime: rt, Root: filepath.Join(m.Store.StateRoot, "runtime", filepath.Base(rt)), ID: st.Name,
+		Bundle: bundleDirName(m.Store.Dir, st.Name), CgroupsPath: "/" + rel, Workdir: workdir,
+		TmpSize: o.TmpSize, Mounts: o.Mounts,
+	}
+	if filepath.Base(rt) == "crun" && m.ops().HybridCgroups() {
+		st.Container.SelfCgroups, st.Container.Global = true, []string{"--cgroup-manager=disabled"}
+	}
+	if st.Container.TmpSize == 0 {
+		st.Container.TmpSize = DefaultTmpSize
+	}
+	if st.Limits.Memory == 0 {
+		st.Limits.Memory = DefaultMemory
+	}
+	if st.Limits.Pids == 0 {
+		st.Limits.Pids = DefaultPids
+	}
+	c.idBase = o.IDBase
+	if c.idBase == 0 {
+		c.idBase = DefaultIDBase
+	}
+	return nil
+}
+
+// checkMounts refuses two mounts at one destination.
+func checkMounts(ms []Mount) error {
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if seen[m.Dest] {
+			return fmt.Errorf("--mount: two mounts at %s", m.Dest)
+		}
+		seen[m.Dest] = true
+	}
+	return nil
+}
+
+// doContainer claims the sandbox's uid range, writes its bundle and has the runtime create
+// and start the container in the sandbox's network namespace and cgroup. It runs last, once
+// the kernel programs are attached to the cgroup, so no process of the sandbox ever runs
+// without them.
+func (m *Manager) doContainer(_ context.Context, c *creation) (string, error) {
+	st, ct := c.st, c.st.Container
+	base, claim, err := m.ops().ClaimIDRange(c.idBase, m.Store.path(st.Name))
+	if err != nil {
+		return "", err
+	}
+	ct.IDBase, ct.IDClaim = base, claim
+	if err := m.Store.Save(st); err != nil { // the claim, for delete and reap
+		return "", errors.Join(err, m.ops().ReleaseIDRange(claim))
+	}
+	if err := m.ops().WriteBundle(st); err != nil {
+		return "", err
+	}
+	if err := m.ops().RunContainer(st, st.runtimeLog()); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s, uid/gid 0-%d -> %d-%d, %s", filepath.Base(ct.Runtime), IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(ct)), nil
+}
+
+// undoContainer deletes the container (the runtime kills its processes and removes its
+// cgroups), its bundle and its uid range claim.
+func (m *Manager) undoContainer(_ context.Context, st *State) (string, error) {
+	if st.Container == nil {
+		return "", nil
+	}
+	ct := st.Container
+	err := errors.Join(m.ops().DeleteContainer(ct), m.ops().ReleaseIDRange(ct.IDClaim))
+	return "removed   container " + ct.ID + ", bundle " + ct.Bundle, err
+}
+
+// describe is the limits line create prints.
+func (l Limits) describe(ct *ContainerState) string {
+	cpu := "cpu unlimited"
+	if l.CPU > 0 {
+		cpu = fmt.Sprintf("cpu %g", l.CPU)
+	}
+	return fmt.Sprintf("memory %s, pids %d, %s, /tmp and %s %s each", formatBytes(l.Memory), l.Pids, cpu, ct.Workdir, formatBytes(ct.TmpSize))
+}
+
+// formatBytes writes n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n >= u.n && n%u.n == 0 {
+			return fmt.Sprintf("%d%s", n/u.n, u.s)
+		}
+	}
+	return fmt.Sprint(n)
+}

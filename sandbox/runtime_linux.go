@@ -1,0 +1,254 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// runtimeArgs are the runtime's global flags (its private state directory) and args.
+func runtimeArgs(c *ContainerState, args ...string) []string {
+	out := append([]string{c.Runtime, "--root", c.Root}, c.Global...)
+	return append(out, args...)
+}
+
+// placement is where a runtime process starts: in the sandbox's network namespace and, when
+// airlock places the container itself (ContainerState.SelfCgroups), in its v2 cgroup and v1
+// limit cgroups, which the container's processes then inherit.
+type placement struct {
+	netns       string
+	cgroup2     string
+	v1          []string
+	hideUnified bool
+}
+
+// placementOf is where st's runtime processes start.
+func placementOf(st *State) placement {
+	p := placement{netns: filepath.Join(NetnsDir, st.Netns)}
+	if st.Container.SelfCgroups {
+		p.cgroup2, p.hideUnified = st.Cgroup, true
+		for _, h := range v1LimitDirs {
+			if base := filepath.Join(cgroupV1Root, h); isCgroupV1(base) {
+				p.v1 = append(p.v1, filepath.Join(base, st.Container.CgroupsPath))
+			}
+		}
+	}
+	return p
+}
+
+// runContainer creates and starts st's container from its bundle, detached, with the runtime
+// started where placementOf says (making the v1 cgroups first when airlock places it); the
+// runtime's output goes to logFile, whose last lines an error quotes.
+func runContainer(st *State, logFile string) error {
+	c, p := st.Container, placementOf(st)
+	if err := os.MkdirAll(c.Root, 0o700); err != nil {
+		return fmt.Errorf("create runtime root %s: %w", c.Root, err)
+	}
+	if c.SelfCgroups {
+		if _, err := createV1Cgroups(c.CgroupsPath, st.Limits); err != nil {
+			return err
+		}
+	}
+	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, 2)
+	argv := runtimeArgs(c, "run", "--detach", "--bundle", c.Bundle, c.ID)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, "/"
+	cmd.Env = []string{"PATH=" + defaultPath}
+	err = startPlaced(cmd, p)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("%s run %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, logTail(logFile, start))
+	}
+	return nil
+}
+
+// startPlaced starts cmd from a thread that enterPlacement moved where p says, cloned straight
+// into p's v2 cgroup, so that cmd runs there from its first instruction. The thread is never
+// handed back: it ends with its goroutine.
+func startPlaced(cmd *exec.Cmd, p placement) error {
+	if p.cgroup2 != "" {
+		cg, err := os.Open(p.cgroup2)
+		if err != nil {
+			return fmt.Errorf("open cgroup %s: %w", p.cgroup2, err)
+		}
+		defer cg.Close()
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
+		if err := enterPlacement(p); err != nil {
+			errc <- err
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
+}
+
+// enterPlacement moves the calling (locked) thread into p's network namespace and v1
+// cgroups. When airlock places the container itself, it also gives the thread a mount
+// namespace in which the cgroup v2 hierarchy is covered by an empty tmpfs: crun 1.8 refuses
+// any hybrid host whose v2 hierarchy has a controller, even with its cgroup manager disabled;
+// there it sees a v1-only host, and with the manager disabled touches no cgroup at all.
+func enterPlacement(p placement) error {
+	if p.netns != "" {
+		nsfd, err := unix.Open(p.netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open network namespace %s: %w", p.netns, err)
+		}
+		defer unix.Close(nsfd)
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("enter network namespace %s: %w", p.netns, err)
+		}
+	}
+	if err := moveThreadV1(p.v1); err != nil {
+		return err
+	}
+	if !p.hideUnified {
+		return nil
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	unified := filepath.Join(cgroupV1Root, "unified")
+	if err := unix.Mount("airlock-hidden", unified, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k"); err != nil {
+		return fmt.Errorf("cover %s: %w", unified, err)
+	}
+	return nil
+}
+
+// logTail is what was appended to logFile from offset on, trimmed to its last 500 bytes.
+func logTail(logFile string, offset int64) string {
+	data, err := os.ReadFile(logFile)
+	if err != nil || int64(len(data)) < offset {
+		return "(no output)"
+	}
+	out := strings.TrimSpace(string(data[offset:]))
+	if len(out) > 500 {
+		out = "..." + out[len(out)-500:]
+	}
+	if out == "" {
+		return "(no output)"
+	}
+	return out
+}
+
+// deleteContainer kills and deletes the container (a missing one is not an error), then
+// removes the cgroup v1 directories the runtime made for it on a hybrid host, if it left any.
+func deleteContainer(c *ContainerState) error {
+	var errs []error
+	if _, err := os.Stat(filepath.Join(c.Root, c.ID)); err == nil {
+		argv := runtimeArgs(c, "delete", "--force", c.ID)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"PATH=" + defaultPath}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := startPlaced(cmd, placement{hideUnified: c.SelfCgroups})
+		if err == nil {
+			err = cmd.Wait()
+		}
+		if err != nil && !containerGone(out.Bytes()) {
+			errs = append(errs, fmt.Errorf("%s delete %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, bytes.TrimSpace(out.Bytes())))
+		}
+	}
+	if c.CgroupsPath != "" {
+		errs = append(errs, removeV1Cgroups(c.CgroupsPath))
+	}
+	return errors.Join(errs...)
+}
+
+func containerGone(out []byte) bool {
+	s := strings.ToLower(string(out))
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "no such file")
+}
+
+// removeV1Cgroups removes rel from every cgroup v1 hierarchy mounted under /sys/fs/cgroup
+// (deepest first); missing directories are not errors. The v2 cgroup is the cgroup step's.
+func removeV1Cgroups(rel string) error {
+	hier, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return nil
+	}
+	var errs []error
+	for _, h := range hier {
+		base := filepath.Join("/sys/fs/cgroup", h.Name())
+		var st unix.Statfs_t
+		if unix.Statfs(base, &st) != nil || st.Type != unix.CGROUP_SUPER_MAGIC {
+			continue
+		}
+		path := filepath.Join(base, rel)
+		if !strings.HasPrefix(path, base+"/") {
+			continue
+		}
+		if err := rmdirTree(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// execProcess is the process.json `runtime exec` runs: argv through `sh -c 'exec "$@"'` (so
+// that a missing command exits 127 and an unexecutable one 126, as in a shell), as uid:gid
+// (inside ids) in the working directory, with env, no capabilities and no_new_privs.
+func execProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) ([]byte, error) {
+	if uid < 0 {
+		uid = 0
+	}
+	if gid < 0 {
+		gid = uid
+	}
+	p := specs.Process{
+		Terminal:        tty,
+		User:            specs.User{UID: uint32(uid), GID: uint32(gid)},
+		Args:            append([]string{"/bin/sh", "-c", `exec "$@"`, "sh"}, argv...),
+		Env:             env,
+		Cwd:             c.Workdir,
+		NoNewPrivileges: true,
+		Capabilities:    &specs.LinuxCapabilities{},
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode process: %w", err)
+	}
+	return data, nil
+}
+
+// processFile puts data in an anonymous memory file the runtime reads by /proc path. The file
+// is inherited across exec (no close-on-exec); the runtime closes it before the command runs.
+func processFile(data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("airlock-process", 0)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "airlock-process")
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write process: %w", err)
+	}
+	return f, nil
+}
