@@ -252,14 +252,24 @@ func (p *held) alive() bool {
 	return err == nil && line == "ack ping\n"
 }
 
-// hostPid finds the held shell on the host: the process whose command line is
-// sh -c ... marker. It fails t when there is none.
+// hostPid finds the held shell on the host. It fails t when there is none.
 func (p *held) hostPid(t *testing.T) int {
+	t.Helper()
+	pids := hostShells(t, p.marker)
+	if len(pids) == 0 {
+		t.Fatalf("no process on the host runs the held shell %s", p.marker)
+	}
+	return pids[0]
+}
+
+// hostShells lists the live host processes whose command line is sh -c SCRIPT marker.
+func hostShells(t *testing.T, marker string) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var pids []int
 	for _, d := range entries {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
@@ -270,12 +280,11 @@ func (p *held) hostPid(t *testing.T) int {
 			continue
 		}
 		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-		if len(argv) == 4 && filepath.Base(argv[0]) == "sh" && argv[1] == "-c" && argv[3] == p.marker {
-			return pid
+		if len(argv) == 4 && filepath.Base(argv[0]) == "sh" && argv[1] == "-c" && argv[3] == marker && processAlive(pid) {
+			pids = append(pids, pid)
 		}
 	}
-	t.Fatalf("no process on the host runs the held shell %s", p.marker)
-	return 0
+	return pids
 }
 
 // hostUids reads the real, effective, saved and filesystem uids of a host process.

@@ -87,7 +87,7 @@ func TestSandboxHostileHostFiles(t *testing.T) {
 		for _, l := range []string{"l1", "l2", "l3", "l4", "h1", "h2"} {
 			written = append(written, "/tmp/"+name+"-"+l)
 		}
-		removeOnCleanup(t, written...)
+		removeOnCleanup(t, append(written, filepath.Join(h.probeDir, name))...)
 
 		hp := fmt.Sprintf("/proc/%d", s.holder)
 		script := scriptPrelude + strings.NewReplacer("$N", name, "$SECRET", s.secret, "$PUBLIC", s.public,
@@ -123,6 +123,8 @@ ln -s /usr/local/bin /tmp/$N-l4 2>/dev/null; try w.symlink sh -c ': >> /tmp/$N-l
 wr w.usr_bin_env /usr/bin/env
 wr w.secret $SECRET
 wr w.secret_cwd $HP/cwd/secret
+try w.ro_mount sh -c ': >> $(dirname $PROBE)/$N'
+wr w.ro_mount_file $PROBE
 : >> /tmp/$N 2>/dev/null
 echo done=1
 `)
@@ -130,9 +132,9 @@ echo done=1
 		const class = "host files"
 		wantNoneSucceeded(t, class, r, "r.shadow", "r.secret", "r.secret_cwd", "r.public", "r.symlink_cwd",
 			"r.hardlink_shadow", "w.usr_local_bin", "w.etc", "w.root_file", "w.root_dir", "w.proc1root",
-			"w.symlink", "w.usr_bin_env", "w.secret", "done")
+			"w.symlink", "w.usr_bin_env", "w.secret", "w.ro_mount", "w.ro_mount_file", "done")
 		wantNoSecret(t, class, r.Stdout, shadow, s.secMark, s.pubMark)
-		wantAbsentOnHost(t, class, written...)
+		wantAbsentOnHost(t, class, append(written, filepath.Join(h.probeDir, name))...)
 		wantNoHostEntries(t, class, r.Stdout, "ls.root", "/root")
 		wantNoHostEntries(t, class, r.Stdout, "ls.home", "/home")
 	})
@@ -175,6 +177,10 @@ func TestSandboxHostileOtherSandboxes(t *testing.T) {
 		removeOnCleanup(t, "/dev/shm/"+b) // where B's write lands when /dev/shm is the host's
 		bsh := h.hold(t, b, "echo "+bMark+" > /tmp/bfile; echo "+bMark+" > /dev/shm/"+b+"; cd /tmp", marker)
 		bPid := bsh.hostPid(t)
+		aUids, bUids := hostUids(t, h.hold(t, a, "", "hostile-held-"+a).hostPid(t)), hostUids(t, bPid)
+		if aUids[0] == bUids[0] {
+			t.Errorf("other sandboxes: A's and B's root are the same uid %s on the host, want disjoint ranges", aUids[0])
+		}
 
 		script := scriptPrelude + strings.NewReplacer("$BPID", fmt.Sprint(bPid), "$PROBE", h.probe,
 			"$MARK", splitMarker(marker), "$STATE", h.stateDir, "$B", b).Replace(`
@@ -262,6 +268,23 @@ echo done=1
 		wantAbsentOnHost(t, class, binDirFile)
 		if after, ok := h.info(t, name); !ok || after.Health != "ok" || after.SidecarPid != info.SidecarPid {
 			t.Errorf("%s: after the attempts the sandbox is %+v, want health ok and the same sidecar", class, after)
+		}
+
+		// A process the sandbox detaches (setsid, blocked on a fifo nobody opens) must not
+		// outlive delete.
+		daemon := "hostile-daemon-" + name
+		r = h.sh(t, name, "mkfifo /tmp/f && (setsid sh -c 'read x < /tmp/f' "+daemon+" </dev/null >/dev/null 2>&1 &) && echo started")
+		if r.Code != 0 || len(hostShells(t, daemon)) == 0 {
+			t.Fatalf("%s: start a detached process: %s; on the host: %v", class, r, hostShells(t, daemon))
+		}
+		if r := h.run(t, nil, nil, "sandbox", "delete", "--state-dir", h.stateDir, name); r.Code != 0 {
+			t.Fatalf("sandbox delete %s: %s", name, r)
+		}
+		if left := hostShells(t, daemon); len(left) > 0 {
+			t.Errorf("%s: the sandbox's detached process %v outlived delete", class, left)
+			for _, pid := range left {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 	})
 }
@@ -381,7 +404,7 @@ unshare -Urm sh -c 'mount --bind /proc/1/root /mnt && cat /mnt/etc/shadow' 2>/de
 $PROBE mknod /tmp
 $PROBE mount /mnt
 $PROBE sockets
-echo "devs=$(for d in /dev/* /dev/*/* /dev/*/*/*; do [ -c "$d" ] || [ -b "$d" ] && echo "${d#/dev/}"; done | tr '\n' ',')"
+echo "devs=$(for d in /dev/* /dev/*/* /dev/*/*/*; do [ ! -L "$d" ] && { [ -c "$d" ] || [ -b "$d" ]; } && echo "${d#/dev/}"; done | tr '\n' ',')"
 for d in /dev/* /dev/*/*; do [ -b "$d" ] && try blk.read head -c 512 "$d"; done
 try dev.kmsg_w sh -c '[ -c /dev/kmsg ] && : >> /dev/kmsg'
 try dev.kmsg_r sh -c '[ -c /dev/kmsg ] && : < /dev/kmsg'
