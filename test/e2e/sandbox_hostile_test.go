@@ -273,7 +273,9 @@ echo done=1
 		// A process the sandbox detaches (setsid, blocked on a fifo nobody opens) must not
 		// outlive delete.
 		daemon := "hostile-daemon-" + name
-		r = h.sh(t, name, "mkfifo /tmp/f && (setsid sh -c 'read x < /tmp/f' "+daemon+" </dev/null >/dev/null 2>&1 &) && echo started")
+		// It says "up" through a second fifo before it blocks, so it runs when exec returns.
+		r = h.sh(t, name, "mkfifo /tmp/f /tmp/up && (setsid sh -c 'echo up > /tmp/up; read x < /tmp/f' "+daemon+
+			" </dev/null >/dev/null 2>&1 &) && read x < /tmp/up && echo started")
 		if r.Code != 0 || len(hostShells(t, daemon)) == 0 {
 			t.Fatalf("%s: start a detached process: %s; on the host: %v", class, r, hostShells(t, daemon))
 		}
