@@ -102,7 +102,7 @@ rd r.secret_proc1 /proc/1/root$SECRET
 rd r.secret_cwd $HP/cwd/secret
 rd r.secret_root $HP/root$SECRET
 rd r.public $PUBLIC
-for d in /proc/[0-9]*; do cat $d/cwd/secret $d/root$SECRET 2>/dev/null; done | head -c 200 | sed 's/^/scan=ok:/'
+for d in /proc/[0-9]*; do cat $d/cwd/secret $d/root$SECRET 2>/dev/null; done | head -c 200 | sed 's/^/scan=ok:/'; echo
 awk '{print $5}' /proc/self/mountinfo | while read mp; do cat "$mp$SECRET" 2>/dev/null | sed "s|^|mountinfo=ok:$mp:|"; done
 ln -s $SECRET /tmp/$N-l1 2>/dev/null; rd r.symlink_secret /tmp/$N-l1
 ln -s $HP/cwd /tmp/$N-l2 2>/dev/null; rd r.symlink_cwd /tmp/$N-l2/secret
@@ -112,7 +112,7 @@ ln $SECRET /tmp/$N-h2 2>/dev/null; rd r.hardlink_secret /tmp/$N-h2
 echo "ls.root=entries:$(ls -A /root 2>/dev/null | tr '\n' ',')"
 echo "ls.home=entries:$(ls -A /home 2>/dev/null | tr '\n' ',')"
 $PROBE handle /usr
-for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd; do [ -d "$f" ] && cat "$f/../../../../../../../../../etc/shadow" "$f/../../../../../../../../..$SECRET" 2>/dev/null; done | head -c 200 | sed 's/^/fd_dotdot=ok:/'
+for f in /proc/[0-9]*/fd/* /proc/[0-9]*/cwd; do [ -d "$f" ] && cat "$f/../../../../../../../../../etc/shadow" "$f/../../../../../../../../..$SECRET" 2>/dev/null; done | head -c 200 | sed 's/^/fd_dotdot=ok:/'; echo
 try w.usr_local_bin sh -c ': >> /usr/local/bin/$N'
 try w.etc sh -c ': >> /etc/$N'
 try w.root_file sh -c ': >> /$N'
@@ -189,7 +189,7 @@ rd r.bshm /dev/shm/$B
 rd r.broot /proc/$BPID/root/tmp/bfile
 rd r.bcwd /proc/$BPID/cwd/bfile
 rd r.benviron /proc/$BPID/environ
-for d in /proc/[0-9]*; do cat $d/root/tmp/bfile $d/cwd/bfile 2>/dev/null; done | head -c 200 | sed 's/^/scan=ok:/'
+for d in /proc/[0-9]*; do cat $d/root/tmp/bfile $d/cwd/bfile 2>/dev/null; done | head -c 200 | sed 's/^/scan=ok:/'; echo
 echo "ls.state=entries:$(ls -A $STATE/sandboxes/$B 2>/dev/null | tr '\n' ',')"
 $PROBE find $MARK
 for p in $($PROBE find $MARK | sed -n 's/^found=ok://p'); do $PROBE peek $p found; try kill.found kill -TERM $p; done
@@ -236,7 +236,7 @@ rd r.sidecar_environ /proc/$SC/environ
 rd r.cakey $CAKEY
 rd r.cakey_sidecar_root /proc/$SC/root$CAKEY
 rd r.cakey_proc1 /proc/1/root$CAKEY
-for d in /proc/[0-9]*; do cat $d/root$CAKEY 2>/dev/null; done | head -c 100 | sed 's/^/scan=ok:/'
+for d in /proc/[0-9]*; do cat $d/root$CAKEY 2>/dev/null; done | head -c 100 | sed 's/^/scan=ok:/'; echo
 echo "ls.state=entries:$(ls -A $STATE $STATE/sandboxes 2>/dev/null | tr '\n' ',')"
 try kill.sidecar kill -CONT $SC
 try kill.supervisor kill -CONT $SV
@@ -274,8 +274,10 @@ echo done=1
 		// outlive delete.
 		daemon := "hostile-daemon-" + name
 		// It says "up" through a second fifo before it blocks, so it runs when exec returns.
-		r = h.sh(t, name, "mkfifo /tmp/f /tmp/up && (setsid sh -c 'echo up > /tmp/up; read x < /tmp/f' "+daemon+
-			" </dev/null >/dev/null 2>&1 &) && read x < /tmp/up && echo started")
+		f, up := "/tmp/"+daemon, "/tmp/"+daemon+"-up"
+		removeOnCleanup(t, f, up) // where they land if /tmp is the host's
+		r = h.sh(t, name, "mkfifo "+f+" "+up+" && (setsid sh -c 'echo up > "+up+"; read x < "+f+"' "+daemon+
+			" </dev/null >/dev/null 2>&1 &) && read x < "+up+" && echo started")
 		if r.Code != 0 || len(hostShells(t, daemon)) == 0 {
 			t.Fatalf("%s: start a detached process: %s; on the host: %v", class, r, hostShells(t, daemon))
 		}
@@ -399,10 +401,10 @@ echo "uidmap=$(awk 'NR==1 && $2==0 {print "ok:" $0}' /proc/self/uid_map)"
 grep -E '^(CapEff|CapBnd|CapPrm|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status
 for ns in user pid ipc uts mnt; do echo "ns.$ns=$(readlink /proc/self/ns/$ns)"; done
 touch /work/owned; mkdir /work/owned.d
-unshare -Ur sh -c 'cat /etc/shadow; cat /proc/1/root/etc/shadow' 2>/dev/null | head -c 200 | sed 's/^/unshare.shadow=ok:/'
+unshare -Ur sh -c 'cat /etc/shadow; cat /proc/1/root/etc/shadow' 2>/dev/null | head -c 200 | sed 's/^/unshare.shadow=ok:/'; echo
 echo "unshare.shadow=checked"
 unshare -Ur sh -c ': >> /usr/local/bin/$N-u' 2>/dev/null && echo unshare.w=ok || echo unshare.w=denied
-unshare -Urm sh -c 'mount --bind /proc/1/root /mnt && cat /mnt/etc/shadow' 2>/dev/null | head -c 200 | sed 's/^/unshare.mount_shadow=ok:/'
+unshare -Urm sh -c 'mount --bind /proc/1/root /mnt && cat /mnt/etc/shadow' 2>/dev/null | head -c 200 | sed 's/^/unshare.mount_shadow=ok:/'; echo
 $PROBE mknod /tmp
 $PROBE mount /mnt
 $PROBE sockets
