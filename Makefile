@@ -16,10 +16,10 @@
 
 GO          ?= go
 BIN         ?= bin/airlock
-# The kube build sits next to airlock, where airlock looks for it first.
+# airlock-kube sits next to airlock, where airlock looks for it first.
 KUBE_BIN    ?= $(dir $(BIN))airlock-kube
 # Static binaries, as in the image (internal/imagebuild): nothing in airlock needs cgo, and a
-# static sidecar starts with less resident memory (bench/README.md).
+# static sidecar starts with less resident memory (tools/bench/README.md).
 CGO_ENABLED ?= 0
 CACHE       ?= .cache
 STATE_DIR   ?= $(CACHE)/state
@@ -39,13 +39,13 @@ BENCHFLAGS  ?=
 
 all: build
 
-# airlock is the default build: the sidecar and every command but the Kubernetes ones, without
-# the Kubernetes client (which costs every sidecar about 6 MiB at idle). airlock-kube is built
-# with -tags kube and has every command; airlock runs it for webhook, node and sandbox
-# create|list|delete --backend kubernetes.
+# airlock (cmd/airlock) is the sidecar and every command but the Kubernetes ones, without the
+# Kubernetes client (which costs every sidecar about 6 MiB at idle). airlock-kube
+# (cmd/airlock-kube) has webhook, node and sandbox create|list|delete --backend kubernetes;
+# airlock runs it for those.
 build:
 	CGO_ENABLED=$(CGO_ENABLED) $(GO) build -o $(BIN) ./cmd/airlock
-	CGO_ENABLED=$(CGO_ENABLED) $(GO) build -tags kube -o $(KUBE_BIN) ./cmd/airlock
+	CGO_ENABLED=$(CGO_ENABLED) $(GO) build -o $(KUBE_BIN) ./cmd/airlock-kube
 
 # airlock's image, with no daemon and no registry: same commit and Go version, same digest (the
 # timestamps are the commit's). Push it with crane or skopeo: see README "Kubernetes".
@@ -86,7 +86,6 @@ vaulttest:
 kubecluster:
 	$(GO) run ./test/kubecluster/buildcluster
 
-# Only cmd/airlock has files of the kube build (-tags kube): its tests run in both builds.
 # The packages the tests need: tools/deps.sh says which, in one place. make test installs what
 # is missing first when it runs as root on Debian 12 (AIRLOCK_NO_INSTALL=1 stops that), and
 # otherwise names what is missing and how to install it.
@@ -96,9 +95,7 @@ deps:
 test: vaulttest
 	@tools/deps.sh ensure test
 	$(GO) vet ./...
-	$(GO) vet -tags kube ./cmd/airlock/
 	$(GO) test -race -count=1 $(TESTFLAGS) ./...
-	$(GO) test -race -count=1 $(TESTFLAGS) -tags kube ./cmd/airlock/
 
 bench:
 	@tools/deps.sh ensure bench
@@ -113,9 +110,7 @@ bench-kube: kubecluster
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags kube ./cmd/airlock/
 	$(GO) run $(STATICCHECK) ./...
-	$(GO) run $(STATICCHECK) -tags kube ./cmd/airlock/
 
 generate:
 	@v=$$($(BPF_CLANG) --version 2>/dev/null | head -1); case "$$v" in *"clang version $(BPF_CLANG_MAJOR)."*) ;; \

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// The fakes of this file play providers for translated calls. Unlike internal/fakellm they
+// The fakes of this file play providers for translated calls. Unlike test/fakellm they
 // decode each request strictly in their own API's schema (an unknown field, a field of the
 // other dialect, a malformed turn order is a 400 and a test error), and they play a tool
 // round trip: with tools and no tool result yet they ask for get_weather(city: Paris); with

@@ -50,7 +50,7 @@
 //   - Mode. A child in report mode under an enforce parent is rejected: report allows what
 //     the parent denies. spec.report.interceptAll (report mode only: every connection-level
 //     decision says Intercept, so the audit trail holds HTTPS methods and paths for
-//     policy/learn) is the policy's own and never inherited.
+//     learn) is the policy's own and never inherited.
 //   - Secrets. The parents' secrets are merged in extends order, then the child's override
 //     those of the same name; inject templates and llm keys resolve against the merged set.
 //   - DNS. Each field the child sets overrides the parents' (later parents override earlier).

@@ -153,4 +153,5 @@ func resolveRuntime(name string) (string, error) {
 const bundleRoot = "/run/airlock/bundles"
 
 // idClaimDir holds one claim file per id range in use, host-wide (every state directory).
-const idClaimDir = "/run/airlock/idmap"
+// (A variable for the tests.)
+var idClaimDir = "/run/airlock/idmap"

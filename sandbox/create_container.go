@@ -105,7 +105,7 @@ func (m *Manager) undoContainer(_ context.Context, st *State) (string, error) {
 		return "", nil
 	}
 	ct := st.Container
-	err := errors.Join(m.ops().DeleteContainer(ct), m.ops().ReleaseIDRange(ct.IDClaim))
+	err := errors.Join(m.ops().DeleteContainer(st), m.ops().ReleaseIDRange(ct.IDClaim))
 	return "removed   container " + ct.ID + ", bundle " + ct.Bundle, err
 }
 

@@ -90,7 +90,7 @@ func (m *Manager) noKernel() (Check, bool) {
 	if m.Kernel != nil {
 		return Check{}, false
 	}
-	return fail("sandbox manager: Kernel is not set", "a bug in the caller: pass internal/sidecar.SandboxKernel()"), true
+	return fail("sandbox manager: Kernel is not set", "a bug in the caller: pass ebpf.Host{}"), true
 }
 
 func (m *Manager) checkPrivileges(context.Context, DoctorOptions) Check {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/ebpf"
 	"github.com/airlock-dev/airlock/sandbox"
 	"github.com/airlock-dev/airlock/test/privtest"
 	"github.com/airlock-dev/airlock/test/testnet"
@@ -25,7 +25,7 @@ func TestDoctor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &sandbox.Manager{Store: store, Kernel: sidecar.SandboxKernel()}
+	m := &sandbox.Manager{Store: store, Kernel: ebpf.Host{}}
 	cg := testnet.NewCgroup(t)
 	checks := m.Doctor(context.Background(), sandbox.DoctorOptions{Subnet: "198.19.201.0/24", CgroupParent: cg.Path})
 	byName := map[string]sandbox.Check{}

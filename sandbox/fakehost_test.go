@@ -292,7 +292,8 @@ func (h *fakeHost) RunContainer(st *State, logFile string) error {
 	return h.op("RunContainer", func() error { return h.create("container " + st.Container.ID) })
 }
 
-func (h *fakeHost) DeleteContainer(c *ContainerState) error {
+func (h *fakeHost) DeleteContainer(st *State) error {
+	c := st.Container
 	return h.op("DeleteContainer", func() error {
 		delete(h.live, "bundle "+c.Bundle)
 		return h.remove("container " + c.ID)

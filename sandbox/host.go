@@ -37,7 +37,7 @@ type containerOps interface {
 	RunContainer(st *State, logFile string) error
 	// DeleteContainer kills and deletes the container and removes its bundle; a missing one
 	// is not an error.
-	DeleteContainer(c *ContainerState) error
+	DeleteContainer(st *State) error
 	// StrayIDClaims lists claims owned by a missing state file of storeDir.
 	StrayIDClaims(storeDir string) []string
 	// HybridCgroups reports whether the host mounts cgroup v1 hierarchies beside v2.
@@ -140,8 +140,9 @@ func (linuxHost) StrayIDClaims(storeDir string) []string { return strayIDClaims(
 
 func (linuxHost) RunContainer(st *State, logFile string) error { return runContainer(st, logFile) }
 
-func (linuxHost) DeleteContainer(c *ContainerState) error {
-	err := deleteContainer(c)
+func (linuxHost) DeleteContainer(st *State) error {
+	c := st.Container
+	err := deleteContainer(st)
 	if rerr := os.RemoveAll(c.Bundle); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("remove bundle: %w", rerr))
 	}

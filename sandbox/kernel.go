@@ -2,8 +2,8 @@ package sandbox
 
 // Kernel is what the manager needs of the kernel enforcement (package ebpf) without linking
 // it: where the cgroup v2 hierarchy is, whether a sandbox's programs are pinned, their removal,
-// the doctor's probes and the mount table. The wiring supplies it (internal/sidecar's
-// SandboxKernel); the programs themselves are loaded and attached by each sandbox's sidecar.
+// the doctor's probes and the mount table. The wiring supplies it (cmd/airlock passes
+// ebpf.Host); the programs themselves are loaded and attached by each sandbox's sidecar.
 type Kernel interface {
 	// Cgroup2Root is the mount point of the cgroup v2 hierarchy; an error when none is mounted.
 	Cgroup2Root() (string, error)

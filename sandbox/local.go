@@ -41,8 +41,8 @@ type Manager struct {
 	// LoadCA loads or creates the TLS interception CA in a sidecar state directory and returns
 	// its certificate (PEM); the sandbox's CA bundle includes it. (cmd passes the proxy's.)
 	LoadCA func(stateDir string) ([]byte, error)
-	// Kernel is the kernel enforcement's pins, probes and mounts (internal/sidecar's
-	// SandboxKernel); Create, Delete, Reap, Doctor and ExecInPlace need it.
+	// Kernel is the kernel enforcement's pins, probes and mounts (ebpf.Host,
+	// passed in by cmd/airlock); Create, Delete, Reap, Doctor and ExecInPlace need it.
 	Kernel Kernel
 
 	// host makes the changes to this machine; nil means linuxHost (tests put a fake here).
@@ -310,7 +310,8 @@ type ReapResult struct {
 // Reap removes sandboxes created more than olderThan ago, and orphaned ones whatever their age:
 // half-created or half-deleted (a crashed create or delete: the store lock proves nobody is
 // still working on them) and those whose supervisor is gone. It also removes cgroups that no
-// state file names from the cgroup parents this store's sandboxes use.
+// state file names from the cgroup parents this store's sandboxes use, and uid range claims
+// whose sandbox's state file is gone.
 func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResult, error) {
 	unlock, err := m.Store.Lock()
 	if err != nil {
@@ -324,7 +325,11 @@ func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResu
 			out = append(out, ReapResult{Name: st.Name, Reason: reason, Err: m.remove(ctx, st)})
 		}
 	}
-	return append(out, m.reapStrayCgroups(ctx, states)...), listErr
+	out = append(out, m.reapStrayCgroups(ctx, states)...)
+	for _, claim := range m.ops().StrayIDClaims(m.Store.Dir) {
+		out = append(out, ReapResult{Name: filepath.Base(claim), Reason: "uid range claim " + claim + " without a state file", Err: m.ops().ReleaseIDRange(claim)})
+	}
+	return out, listErr
 }
 
 // reapReason says why st is to be reaped, or "" to keep it.

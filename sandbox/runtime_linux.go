@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -158,9 +160,13 @@ func logTail(logFile string, offset int64) string {
 	return out
 }
 
-// deleteContainer kills and deletes the container (a missing one is not an error), then
-// removes the cgroup v1 directories the runtime made for it on a hybrid host, if it left any.
-func deleteContainer(c *ContainerState) error {
+// deleteContainer kills and deletes st's container (a missing one is not an error), kills
+// whatever still runs in the sandbox's v2 cgroup (a create that crashed before the runtime
+// recorded its container leaves processes only the cgroup knows), then removes the cgroup v1
+// directories of the container on a hybrid host. The v2 cgroup itself, with the kernel
+// programs, is the cgroup step's to remove.
+func deleteContainer(st *State) error {
+	c := st.Container
 	var errs []error
 	if _, err := os.Stat(filepath.Join(c.Root, c.ID)); err == nil {
 		argv := runtimeArgs(c, "delete", "--force", c.ID)
@@ -176,10 +182,28 @@ func deleteContainer(c *ContainerState) error {
 			errs = append(errs, fmt.Errorf("%s delete %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, bytes.TrimSpace(out.Bytes())))
 		}
 	}
+	errs = append(errs, killCgroup(st.Cgroup))
 	if c.CgroupsPath != "" {
 		errs = append(errs, removeV1Cgroups(c.CgroupsPath))
 	}
 	return errors.Join(errs...)
+}
+
+// killCgroup kills every process of a v2 cgroup and waits until it is empty; a missing
+// cgroup is not an error.
+func killCgroup(path string) error {
+	if path == "" || checkCgroup2Dir(path) != nil {
+		return nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("kill cgroup %s: %w", path, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return waitUnpopulated(ctx, path)
 }
 
 func containerGone(out []byte) bool {

@@ -71,7 +71,7 @@ group="${2:-test}"
 case "$cmd" in
 list) pkgs_of "$group" ;;
 install)
-	[ "$(id -u)" = 0 ] || { echo "tools/deps.sh: install needs root (sudo make deps)" >&2; exit 1; }
+	[ "$(id -u)" = 0 ] || { echo "tools/deps.sh: install needs root (sudo tools/deps.sh install $group)" >&2; exit 1; }
 	mapfile -t missing < <(missing_of "$group")
 	install_pkgs "${missing[@]}"
 	;;
@@ -81,7 +81,9 @@ ensure)
 	if [ "$(id -u)" = 0 ] && is_debian12 && [ "${AIRLOCK_NO_INSTALL:-}" != 1 ]; then
 		install_pkgs "${missing[@]}"
 	else
-		echo "missing: ${missing[*]}; install with: sudo make deps (or apt-get install -y ${missing[*]})" >&2
+		hint="sudo make deps"
+		[ "$group" = test ] || hint="sudo tools/deps.sh install $group"
+		echo "missing: ${missing[*]}; install with: $hint (or apt-get install -y ${missing[*]})" >&2
 		exit 1
 	fi
 	;;

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/internal/sidecar"
 )
 
@@ -22,13 +23,13 @@ const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export> [flags] [
 `
 
 func auditCmd(args []string, stdout, stderr io.Writer) error {
-	return dispatch("audit", auditUsage, map[string]runFunc{
+	return cli.Dispatch("audit", auditUsage, map[string]cli.RunFunc{
 		"verify": auditVerify, "keygen": auditKeygen, "pubkey": auditPubkey, "export": auditExport,
 	}, args, stdout, stderr)
 }
 
 // auditFlags registers airlock run's audit file flags.
-func auditFlags(fs *flagSet, c *sidecar.Config) {
+func auditFlags(fs *cli.FlagSet, c *sidecar.Config) {
 	a := &c.Audit
 	fs.StringVar(&a.Key, "audit-key", "", "Ed25519 key (PKCS #8 PEM) that signs audit checkpoints; created when absent; default: audit-signing.key in --state-dir. Keep it off the log's volume (README: Tamper-evident audit log)")
 	fs.StringVar(&a.Checkpoints, "audit-checkpoints", "", "file the signed checkpoints are appended to; default: the --audit-log file + .checkpoints")
@@ -47,30 +48,30 @@ as tampering. Without --key the checkpoints are checked against the key each one
 which shows they were not altered, not who made them: pass the public key you keep apart.`
 
 func auditVerify(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
+	fs := cli.NewFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
 	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	files, err := fs.parse(args, stdout, false)
+	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	var pub ed25519.PublicKey
 	if *keyFile != "" {
 		b, err := os.ReadFile(*keyFile)
 		if err != nil {
-			return failf("--key: %v", err)
+			return cli.Failf("--key: %v", err)
 		}
 		if pub, err = audit.ParsePublicKey(b); err != nil {
-			return failf("--key %s: %v", *keyFile, err)
+			return cli.Failf("--key %s: %v", *keyFile, err)
 		}
 	}
 	rep, err := audit.Verify(files, pub)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -82,7 +83,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		printVerify(stdout, rep)
 	}
 	if !rep.Intact() {
-		return failf("%s", rep.Tampered)
+		return cli.Failf("%s", rep.Tampered)
 	}
 	return nil
 }
@@ -117,35 +118,35 @@ key with --audit-key from a place the audit log's writers cannot reach (a Kubern
 volume, a file provisioned by Vault), and keep the public key with whoever verifies.`
 
 func auditKeygen(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("audit keygen", "airlock audit keygen -o KEY [--pub PUB]", keygenLong, stderr)
+	fs := cli.NewFlagSet("audit keygen", "airlock audit keygen -o KEY [--pub PUB]", keygenLong, stderr)
 	out := fs.String("o", "", "file to write the private key to (required)")
 	pubOut := fs.String("pub", "", "file to write the public key to (default: print it)")
-	rest, err := fs.parse(args, stdout, false)
+	rest, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 || *out == "" {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	key, err := audit.GenerateKey()
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	priv, err := audit.EncodePrivateKey(key)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return failf("-o: %v", err)
+		return cli.Failf("-o: %v", err)
 	}
 	if _, err := f.Write(priv); err != nil {
 		_ = f.Close()
-		return failf("-o: %v", err)
+		return cli.Failf("-o: %v", err)
 	}
 	if err := f.Close(); err != nil {
-		return failf("-o: %v", err)
+		return cli.Failf("-o: %v", err)
 	}
 	return writePublic(key.Public().(ed25519.PublicKey), *pubOut, stdout)
 }
@@ -154,31 +155,31 @@ func auditKeygen(args []string, stdout, stderr io.Writer) error {
 func writePublic(pub ed25519.PublicKey, path string, stdout io.Writer) error {
 	b, err := audit.EncodePublicKey(pub)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	if path == "" {
 		_, err = stdout.Write(b)
 		return err
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return failf("--pub: %v", err)
+		return cli.Failf("--pub: %v", err)
 	}
 	return nil
 }
 
 func auditPubkey(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("audit pubkey", "airlock audit pubkey [--key KEY | --state-dir DIR]", `
+	fs := cli.NewFlagSet("audit pubkey", "airlock audit pubkey [--key KEY | --state-dir DIR]", `
 Print the public key (PEM) of the checkpoint signing key a sidecar uses: --key, else
 audit-signing.key in --state-dir. Hand it to whoever runs airlock audit verify --key.`, stderr)
 	keyFile := fs.String("key", "", "the signing key (what airlock run --audit-key names)")
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory holding audit-signing.key when --key is not given (env AIRLOCK_STATE_DIR)")
-	rest, err := fs.parse(args, stdout, true)
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory holding audit-signing.key when --key is not given (env AIRLOCK_STATE_DIR)")
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	path := *keyFile
 	if path == "" {
@@ -186,11 +187,11 @@ audit-signing.key in --state-dir. Hand it to whoever runs airlock audit verify -
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return failf("read signing key: %v", err)
+		return cli.Failf("read signing key: %v", err)
 	}
 	pub, err := audit.ParsePublicKey(b)
 	if err != nil {
-		return failf("%s: %v", path, err)
+		return cli.Failf("%s: %v", path, err)
 	}
 	return writePublic(pub, "", stdout)
 }

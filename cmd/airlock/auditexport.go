@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/llmproxy"
 	"github.com/airlock-dev/airlock/sandbox"
@@ -33,49 +34,49 @@ type exportSources struct {
 }
 
 func auditExport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("audit export", "airlock audit export (NAME | --audit-log FILE [--sidecar-state DIR] [--policy FILE]) -o DIR [--key PUB]", exportLong, stderr)
+	fs := cli.NewFlagSet("audit export", "airlock audit export (NAME | --audit-log FILE [--sidecar-state DIR] [--policy FILE]) -o DIR [--key PUB]", exportLong, stderr)
 	out := fs.String("o", "", "directory to create the pack in (required; must not exist or be empty)")
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory of the local sandboxes (env AIRLOCK_STATE_DIR)")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory of the local sandboxes (env AIRLOCK_STATE_DIR)")
 	src := exportSources{}
 	fs.StringVar(&src.auditLog, "audit-log", "", "audit log of a sidecar not managed here (instead of NAME)")
 	fs.StringVar(&src.sidecarState, "sidecar-state", "", "that sidecar's --state-dir (policy history, ledger, signing key's public half)")
 	fs.StringVar(&src.policy, "policy", "", "that sidecar's policy file")
 	fs.StringVar(&src.checkpoints, "audit-checkpoints", "", "that sidecar's checkpoint file (default: the audit log + .checkpoints)")
 	keyFile := fs.String("key", "", "public key the checkpoints must be signed with (default: checked against the key they name)")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if *out == "" || len(rest) > 1 || (len(rest) == 1) == (src.auditLog != "") {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	if len(rest) == 1 {
 		if src, err = localSources(*stateDir, rest[0]); err != nil {
-			return failf("%v", err)
+			return cli.Failf("%v", err)
 		}
 	}
 	var pub ed25519.PublicKey
 	if *keyFile != "" {
 		b, err := os.ReadFile(*keyFile)
 		if err != nil {
-			return failf("--key: %v", err)
+			return cli.Failf("--key: %v", err)
 		}
 		if pub, err = audit.ParsePublicKey(b); err != nil {
-			return failf("--key %s: %v", *keyFile, err)
+			return cli.Failf("--key %s: %v", *keyFile, err)
 		}
 	}
 	files, err := src.files()
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	m, err := audit.WritePack(*out, src.name, files, pub, time.Now())
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	fmt.Fprintf(stdout, "evidence pack %s: %d files; audit: %d events, signed up to seq %d\n", *out, len(m.Files), m.Verify.Events, m.Verify.SignedSeq)
 	if !m.Verify.Intact && m.Verify.Events+m.Verify.Checkpoints > 0 {
-		return failf("the audit files do not verify: %s", m.Verify.Tampered)
+		return cli.Failf("the audit files do not verify: %s", m.Verify.Tampered)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 func airlock(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
+	code := program.Main(args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

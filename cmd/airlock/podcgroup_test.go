@@ -21,7 +21,7 @@ func TestPodFlagsValidate(t *testing.T) {
 		{[]string{"--node-agent", "--transparent-addr", "off", "--pod-cgroup"}, "exclusive"},
 	} {
 		fs, c := runFlags(io.Discard)
-		if _, err := fs.parse(append([]string{"--policy", "p.yaml"}, tc.args...), io.Discard, false); err != nil {
+		if _, err := fs.ParseArgs(append([]string{"--policy", "p.yaml"}, tc.args...), io.Discard, false); err != nil {
 			t.Fatalf("%v: parse: %v", tc.args, err)
 		}
 		err := c.Validate()

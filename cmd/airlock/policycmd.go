@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlock-dev/airlock/credentials"
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -23,7 +24,7 @@ const policyUsage = `Usage: airlock policy <check|explain|test|placeholders|lear
 `
 
 func policyCmd(args []string, stdout, stderr io.Writer) error {
-	return dispatch("policy", policyUsage, map[string]runFunc{
+	return cli.Dispatch("policy", policyUsage, map[string]cli.RunFunc{
 		"check": policyCheck, "explain": policyExplain, "test": policyTest,
 		"placeholders": policyPlaceholders, "learn": policyLearn, "replay": policyReplay,
 	}, args, stdout, stderr)
@@ -32,22 +33,22 @@ func policyCmd(args []string, stdout, stderr io.Writer) error {
 // loadErr turns a policy load error into an exit-1 error whose message is one
 // "file:line:col: field: message" line per problem.
 func loadErr(err error) error {
-	return &exitError{code: 1, msg: strings.TrimSpace(err.Error())}
+	return &cli.ExitError{Code: 1, Msg: strings.TrimSpace(err.Error())}
 }
 
 func policyCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy check", "airlock policy check FILE...", `
+	fs := cli.NewFlagSet("policy check", "airlock policy check FILE...", `
 Load every FILE with the strict loader (unknown fields, wrong types, bad hosts, CIDRs and
 ports, duplicate rule names, undefined secrets and extends that widen a parent are errors)
 and print "FILE: ok" or each error as "file:line:col: field: message". Exits 1 if any
 file has an error.`, stderr)
-	files, err := fs.parse(args, stdout, false)
+	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	failed := 0
 	for _, f := range files {
@@ -60,13 +61,13 @@ file has an error.`, stderr)
 		fmt.Fprintf(stdout, "%s: ok (policy %q, mode %s, %d rules)\n", f, p.Name(), p.Mode(), len(p.Rules()))
 	}
 	if failed > 0 {
-		return &exitError{code: 1}
+		return &cli.ExitError{Code: 1}
 	}
 	return nil
 }
 
 func policyExplain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy explain", "airlock policy explain FILE --url URL [--method M] [--json]", `
+	fs := cli.NewFlagSet("policy explain", "airlock policy explain FILE --url URL [--method M] [--json]", `
 Show the decision the policy makes for one request: allow or deny, the rule, the reason, whether
 the connection would be TLS-intercepted, and the names (never the values) of the secrets that
 would be injected. The decision is made on names; at run time every address the name resolves
@@ -74,13 +75,13 @@ to is checked as well (internal addresses are denied unless a rule names them by
 	rawURL := fs.String("url", "", "request URL, e.g. https://api.github.com/repos/acme/app (required)")
 	method := fs.String("method", "GET", "HTTP method")
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
-	files, err := fs.parse(args, stdout, false)
+	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(files) != 1 || *rawURL == "" {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	p, err := policy.Load(files[0])
 	if err != nil {
@@ -88,7 +89,7 @@ to is checked as well (internal addresses are denied unless a rule names them by
 	}
 	ex, err := p.Explain(*rawURL, *method)
 	if err != nil {
-		return failf("--url: %v", err)
+		return cli.Failf("--url: %v", err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -110,15 +111,15 @@ any case fails. CASES.yaml is a list (or a map with a "cases" list) of:
     rule: github-api           # optional: the rule that must decide`
 
 func policyTest(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy test", "airlock policy test FILE --cases CASES.yaml", testCasesHelp, stderr)
+	fs := cli.NewFlagSet("policy test", "airlock policy test FILE --cases CASES.yaml", testCasesHelp, stderr)
 	casesFile := fs.String("cases", "", "YAML file of expected decisions (required)")
-	files, err := fs.parse(args, stdout, false)
+	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(files) != 1 || *casesFile == "" {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	p, err := policy.Load(files[0])
 	if err != nil {
@@ -126,7 +127,7 @@ func policyTest(args []string, stdout, stderr io.Writer) error {
 	}
 	cases, err := policy.LoadTestCases(*casesFile)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	failed := 0
 	for _, tc := range cases {
@@ -137,29 +138,29 @@ func policyTest(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%d passed, %d failed\n", len(cases)-failed, failed)
 	if failed > 0 {
-		return &exitError{code: 1}
+		return &cli.ExitError{Code: 1}
 	}
 	return nil
 }
 
 // policyPlaceholders is `airlock policy placeholders`.
 func policyPlaceholders(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy placeholders", "airlock policy placeholders FILE [--state-dir DIR] [--json]", `
+	fs := cli.NewFlagSet("policy placeholders", "airlock policy placeholders FILE [--state-dir DIR] [--json]", `
 Print the placeholder of every secret of the policy: an opaque string a sandbox may hold
 instead of the secret (for tools that insist on a token in an environment variable). airlock
 run swaps it for the value only in requests the rule binds the secret to; anywhere else the
 request is denied. Placeholders depend on the key in --state-dir (placeholder.key, made on
 first use): give the same --state-dir as airlock run. They are not secret. airlock run also
 writes them to placeholders.json in the state directory, at start and on each policy reload.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory of the airlock run that will serve the sandbox")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory of the airlock run that will serve the sandbox")
 	asJSON := fs.Bool("json", false, "print a JSON object {name: placeholder}")
-	files, err := fs.parse(args, stdout, true)
+	files, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(files) != 1 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	p, err := policy.Load(files[0])
 	if err != nil {
@@ -167,7 +168,7 @@ writes them to placeholders.json in the state directory, at start and on each po
 	}
 	ph, err := credentials.LoadPlaceholders(*stateDir)
 	if err != nil {
-		return failf("--state-dir: %v", err)
+		return cli.Failf("--state-dir: %v", err)
 	}
 	out := ph.ForPolicy(p)
 	names := slices.Sorted(maps.Keys(out))

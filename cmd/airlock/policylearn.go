@@ -10,8 +10,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/learn"
+	"github.com/airlock-dev/airlock/policy"
 )
 
 const learnHelp = `
@@ -30,17 +31,17 @@ profile or a file) and only narrows it: what the parent denies is listed, never 
 The candidate loads with the strict loader; check it with airlock policy replay.`
 
 func policyLearn(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy learn", "airlock policy learn AUDIT... [--from POLICY] [-o FILE] [--name NAME]", learnHelp, stderr)
+	fs := cli.NewFlagSet("policy learn", "airlock policy learn AUDIT... [--from POLICY] [-o FILE] [--name NAME]", learnHelp, stderr)
 	from := fs.String("from", "", "parent policy the candidate extends: a built-in profile or a policy file")
 	out := fs.String("o", "", "write the candidate to `FILE` (default: stdout)")
 	name := fs.String("name", "learned", "the candidate's metadata.name")
-	files, err := fs.parse(args, stdout, false)
+	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	opt := learn.Options{Name: *name, Filename: *out, Sources: files}
 	if opt.Filename == "" {
@@ -53,18 +54,18 @@ func policyLearn(args []string, stdout, stderr io.Writer) error {
 	}
 	trail, err := readTrails(files)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	data, err := learn.Learn(trail, opt)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	if *out == "" {
 		_, err = stdout.Write(data)
 		return err
 	}
 	if err := os.WriteFile(*out, data, 0o644); err != nil {
-		return failf("write candidate: %v", err)
+		return cli.Failf("write candidate: %v", err)
 	}
 	fmt.Fprintf(stderr, "wrote %s from %d events\n", *out, len(trail))
 	return nil
@@ -76,7 +77,7 @@ func loadParent(from, out string) (*policy.Policy, string, error) {
 	if slices.Contains(policy.BuiltinNames(), from) {
 		p, err := policy.Builtin(from)
 		if err != nil {
-			return nil, "", failf("--from: %v", err)
+			return nil, "", cli.Failf("--from: %v", err)
 		}
 		return p, from, nil
 	}
@@ -87,7 +88,7 @@ func loadParent(from, out string) (*policy.Policy, string, error) {
 	absFrom, err1 := filepath.Abs(from)
 	absDir, err2 := filepath.Abs(filepath.Dir(out))
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, "", failf("--from: %v", err)
+		return nil, "", cli.Failf("--from: %v", err)
 	}
 	ref, err := filepath.Rel(absDir, absFrom)
 	if err != nil {
@@ -135,21 +136,21 @@ Exits 1 when an event of a change named by --fail-on was found (default: allow-t
 2 on bad usage.`
 
 func policyReplay(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("policy replay", "airlock policy replay AUDIT... --policy CANDIDATE [--json] [--fail-on LIST]", replayHelp, stderr)
+	fs := cli.NewFlagSet("policy replay", "airlock policy replay AUDIT... --policy CANDIDATE [--json] [--fail-on LIST]", replayHelp, stderr)
 	candFile := fs.String("policy", "", "the candidate policy `FILE` (required)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	failOn := fs.String("fail-on", string(learn.AllowToDeny), "comma-separated changes that make the exit status 1: allow-to-deny, deny-to-allow, undecidable, any or none")
-	files, err := fs.parse(args, stdout, false)
+	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 || *candFile == "" {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	fail, err := parseFailOn(*failOn)
 	if err != nil {
-		return failf("--fail-on: %v", err)
+		return cli.Failf("--fail-on: %v", err)
 	}
 	cand, err := policy.Load(*candFile)
 	if err != nil {
@@ -157,7 +158,7 @@ func policyReplay(args []string, stdout, stderr io.Writer) error {
 	}
 	recs, err := readTrails(files)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	rep := learn.Replay(recs, cand)
 	if *asJSON {
@@ -171,7 +172,7 @@ func policyReplay(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if rep.Fails(fail) {
-		return &exitError{code: 1}
+		return &cli.ExitError{Code: 1}
 	}
 	return nil
 }

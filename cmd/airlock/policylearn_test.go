@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-const learnTrail = "../../policy/learn/testdata/trail.jsonl"
+const learnTrail = "../../learn/testdata/trail.jsonl"
 
 func TestPolicyLearnWritesACandidateThatChecks(t *testing.T) {
 	dir := t.TempDir()
@@ -22,7 +22,7 @@ func TestPolicyLearnWritesACandidateThatChecks(t *testing.T) {
 	}
 	// A file parent is named relative to the candidate's directory.
 	parent := filepath.Join(dir, "base", "parent.yaml")
-	data, err := os.ReadFile("../../policy/learn/testdata/parent.yaml")
+	data, err := os.ReadFile("../../learn/testdata/parent.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestPolicyLearnErrors(t *testing.T) {
 }
 
 func TestPolicyReplayExitStatus(t *testing.T) {
-	narrow := "../../policy/learn/testdata/narrow.yaml"
+	narrow := "../../learn/testdata/narrow.yaml"
 	tests := []struct {
 		failOn string
 		code   int

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/proxy"
 )
@@ -35,20 +36,20 @@ on. An address set to "off" disables that listener.`
 // runCmd is `airlock run`: flags → config → sidecar.Run → wait for SIGTERM or SIGINT.
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	fs, cfg := runFlags(stderr)
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
-		return failf("run: unexpected argument %q (policy goes in --policy)", rest[0])
+		return cli.Failf("run: unexpected argument %q (policy goes in --policy)", rest[0])
 	}
 	if cfg.PolicyFile == "" {
 		fs.Usage()
-		return failf("run: --policy is required (try deploy/examples/policy.yaml)")
+		return cli.Failf("run: --policy is required (try deploy/examples/policy.yaml)")
 	}
 	vaultEnv(&cfg.Vault)
 	if err := cfg.Validate(); err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
@@ -61,7 +62,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	cfg.ReloadSignal, cfg.Stderr = hup, stderr
 	if err := sidecar.Run(ctx, *cfg); err != nil {
 		// One line per problem: a policy load error is "file:line:col: field: message".
-		return &exitError{code: 1, msg: strings.TrimSpace(err.Error())}
+		return &cli.ExitError{Code: 1, Msg: strings.TrimSpace(err.Error())}
 	}
 	return nil
 }
@@ -73,8 +74,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 const defaultGCPercent = 400
 
 // runFlags registers airlock run's flags; every one is also read from its AIRLOCK_* variable.
-func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
-	fs := newFlagSet("run", "airlock run --policy FILE [flags]", runLong, stderr)
+func runFlags(stderr io.Writer) (*cli.FlagSet, *sidecar.Config) {
+	fs := cli.NewFlagSet("run", "airlock run --policy FILE [flags]", runLong, stderr)
 	c := &sidecar.Config{}
 	fs.StringVar(&c.PolicyFile, "policy", "", "policy YAML file (required)")
 	fs.StringVar(&c.ProxyAddr, "proxy-addr", "127.0.0.1:3128", "explicit proxy listener (HTTP_PROXY/HTTPS_PROXY point here)")
@@ -82,7 +83,7 @@ func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
 	fs.StringVar(&c.DNSAddr, "dns-addr", "127.0.0.1:5353", "DNS filter listener, UDP and TCP (the sandbox's resolver: :53 in a pod); off disables it")
 	fs.StringVar(&c.LLMAddr, "llm-addr", "127.0.0.1:4000", "local model API listener (OpenAI- and Anthropic-compatible); off disables it")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "127.0.0.1:9090", "admin listener: /healthz, /readyz, /metrics, /v1/decisions, /v1/usage (never reachable from the sandbox)")
-	fs.StringVar(&c.StateDir, "state-dir", defaultStateDir(), "state directory: TLS interception CA, LLM usage ledger, placeholder key")
+	fs.StringVar(&c.StateDir, "state-dir", cli.DefaultStateDir(), "state directory: TLS interception CA, LLM usage ledger, placeholder key")
 	fs.StringVar(&c.Cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement (eBPF) to; pins under /sys/fs/bpf/airlock/<sandbox>")
 	fs.StringVar(&c.TransparentPorts, "transparent-ports", sidecar.DefaultTransparentPorts, "TCP ports the kernel redirects to the transparent listener (with --cgroup)")
 	// The Kubernetes webhook injects the sidecar with exactly `--pod-cgroup --cgroup-root
@@ -108,7 +109,7 @@ func runFlags(stderr io.Writer) (*flagSet, *sidecar.Config) {
 }
 
 // limitFlags registers the proxy's resource limits.
-func limitFlags(fs *flagSet, l *sidecar.Limits) {
+func limitFlags(fs *cli.FlagSet, l *sidecar.Limits) {
 	fs.IntVar(&l.MaxTunnels, "max-tunnels", proxy.DefaultMaxTunnels, "concurrent CONNECT tunnels; beyond this requests get 429 with Retry-After")
 	fs.DurationVar(&l.DialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "upstream resolve+connect timeout (504 when exceeded)")
 	fs.DurationVar(&l.IdleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close tunnels and keep-alive connections idle this long")
@@ -118,7 +119,7 @@ func limitFlags(fs *flagSet, l *sidecar.Limits) {
 }
 
 // credentialFlags registers the credential broker's flags.
-func credentialFlags(fs *flagSet, c *sidecar.Config) {
+func credentialFlags(fs *cli.FlagSet, c *sidecar.Config) {
 	v := &c.Vault
 	fs.StringVar(&v.Addr, "vault-addr", "", "Vault address for `vault:` secrets (also read from VAULT_ADDR); empty: vault secrets are unavailable")
 	fs.StringVar(&v.Auth, "vault-auth", sidecar.DefaultVaultAuth, "Vault auth method: token (VAULT_TOKEN or --vault-token-file) | approle | kubernetes")

@@ -16,7 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/ebpf"
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
 )
@@ -37,7 +38,7 @@ Run "airlock sandbox <command> --help".
 `
 
 func sandboxCmd(args []string, stdout, stderr io.Writer) error {
-	return dispatch("sandbox", sandboxUsage, map[string]runFunc{
+	return cli.Dispatch("sandbox", sandboxUsage, map[string]cli.RunFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
 		"reap": sandboxReap, "doctor": sandboxDoctor,
 		"supervise": sandboxSupervise, // internal: started by create
@@ -48,11 +49,11 @@ func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 	store, err := sandbox.OpenStore(stateDir)
 	if err != nil {
-		return nil, failf("%v", err)
+		return nil, cli.Failf("%v", err)
 	}
 	bin, err := os.Executable()
 	if err != nil {
-		return nil, failf("find the airlock executable: %v", err)
+		return nil, cli.Failf("find the airlock executable: %v", err)
 	}
 	loadCA := func(dir string) ([]byte, error) {
 		ca, err := proxy.LoadOrCreateCA(dir, time.Now)
@@ -61,7 +62,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: sidecar.SandboxKernel()}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{}}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
@@ -76,9 +77,9 @@ type createFlags struct {
 	readyTimeout                                                                       time.Duration
 }
 
-func addCreateFlags(fs *flagSet) *createFlags {
+func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	c := &createFlags{}
-	fs.StringVar(&c.stateDir, "state-dir", defaultStateDir(), "state directory; sandboxes live in DIR/sandboxes/")
+	fs.StringVar(&c.stateDir, "state-dir", cli.DefaultStateDir(), "state directory; sandboxes live in DIR/sandboxes/")
 	fs.StringVar(&c.policy, "policy", "", "policy YAML the sandbox's sidecar enforces (hot-reloaded when it changes)")
 	fs.StringVar(&c.profile, "profile", "", "enforce a built-in profile instead of a policy file: offline | repo-read | repo-write | deployment")
 	fs.StringVar(&c.environment, "environment", "development", "production | staging | development; production refuses a sandbox without kernel enforcement")
@@ -103,17 +104,17 @@ func addCreateFlags(fs *flagSet) *createFlags {
 func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOptions, error) {
 	mem, err := parseBytes(c.memory)
 	if err != nil {
-		return sandbox.CreateOptions{}, failf("--memory %q: %v", c.memory, err)
+		return sandbox.CreateOptions{}, cli.Failf("--memory %q: %v", c.memory, err)
 	}
 	tmp, err := parseBytes(c.tmpSize)
 	if err != nil {
-		return sandbox.CreateOptions{}, failf("--tmp-size %q: %v", c.tmpSize, err)
+		return sandbox.CreateOptions{}, cli.Failf("--tmp-size %q: %v", c.tmpSize, err)
 	}
 	if c.cpu < 0 || c.pids < 0 {
-		return sandbox.CreateOptions{}, failf("--cpu and --pids must not be negative")
+		return sandbox.CreateOptions{}, cli.Failf("--cpu and --pids must not be negative")
 	}
 	if c.idBase == 0 || c.idBase > 1<<32-1 {
-		return sandbox.CreateOptions{}, failf("--id-base %d: give a uid above the host's users, below 4294901760", c.idBase)
+		return sandbox.CreateOptions{}, cli.Failf("--id-base %d: give a uid above the host's users, below 4294901760", c.idBase)
 	}
 	return sandbox.CreateOptions{
 		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
@@ -153,12 +154,23 @@ func parseBytes(s string) (int64, error) {
 
 const createLong = `
 Create a sandbox on this machine: a network namespace (airlock-NAME) joined to this one by a
-veth pair on a /30 of --subnet, a cgroup v2 directory, and its own sidecar ("airlock run",
+veth pair on a /30 of --subnet, a cgroup v2 directory, its own sidecar ("airlock run",
 supervised and restarted on crash, logs in the state directory) with kernel enforcement (eBPF)
-attached to the cgroup. The sandbox's resolv.conf points at the sidecar's DNS filter; its env
-file sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
-NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO) and OPENAI_BASE_URL/ANTHROPIC_BASE_URL.
-Without the env file, TCP 80 and 443 are redirected to the transparent proxy in the kernel.
+attached to the cgroup, and an OCI container (--runtime runc by default, or crun) in both:
+its own user namespace (root inside is an unprivileged uid range of its own outside), PID,
+IPC, UTS, mount and cgroup namespaces, no capabilities, no_new_privs, a seccomp profile, a
+read-only root that shows the host's /usr, /bin, /lib* and /sbin and an allowlist of /etc,
+and a private /tmp and working directory (--workdir, default /work), each a size-capped tmpfs.
+Limits apply without flags (memory 2G, pids 1024), on pure cgroup v2 and hybrid hosts alike.
+--mount SRC:DST[:ro|rw] shows a host path inside, read-only unless rw; what the sandbox writes
+there is owned by its mapped uid (printed on the container line). --network none gives it
+loopback only: no veth, no sidecar, no DNS, the kernel programs attached with nothing allowed.
+
+Inside, /etc/resolv.conf points at the sidecar's DNS filter and /etc/airlock/env (the env
+file) sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
+NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO -> /etc/airlock/ca/ca-bundle.pem) and
+OPENAI_BASE_URL/ANTHROPIC_BASE_URL. Without the env file, TCP 80 and 443 are redirected to the
+transparent proxy in the kernel.
 
 Flags after "--" go to the sidecar's "airlock run" (e.g. -- --vault-addr https://vault:8200).
 The sidecar inherits this command's environment (credential sources, VAULT_TOKEN, ...).
@@ -168,34 +180,33 @@ warn and fall back to the proxy and DNS filter alone. With --backend kubernetes,
 labelled for sidecar injection is created instead (see "airlock webhook").`
 
 func sandboxCreate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox create", "airlock sandbox create NAME (--policy FILE | --profile P) [flags] [-- RUN-FLAGS]", createLong, stderr)
+	fs := cli.NewFlagSet("sandbox create", "airlock sandbox create NAME (--policy FILE | --profile P) [flags] [-- RUN-FLAGS]", createLong, stderr)
 	c := addCreateFlags(fs)
-	kc := kubeCreateFlags(fs)
+	kc := &cli.KubeCreate{}
+	kc.Register(fs)
 	asJSON := fs.Bool("json", false, "print the created sandbox's status as JSON instead of progress lines")
 	rest, runArgs := splitDashDash(args)
-	pos, err := fs.parse(rest, stdout, true)
+	pos, err := fs.ParseArgs(rest, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return failf("sandbox create: give exactly one NAME")
+		return cli.Failf("sandbox create: give exactly one NAME")
 	}
 	name := pos[0]
 	switch c.backend {
 	case "local":
 	case "kubernetes":
 		if len(runArgs) > 0 {
-			return failf("sandbox create --backend kubernetes: sidecar flags after -- are set by the webhook, not here")
+			return cli.Failf("sandbox create --backend kubernetes: sidecar flags after -- are set by the webhook, not here")
 		}
 		if c.profile != "" {
-			return failf("sandbox create --backend kubernetes: --profile is for local sandboxes; write a policy that extends it and give --policy")
+			return cli.Failf("sandbox create --backend kubernetes: --profile is for local sandboxes; write a policy that extends it and give --policy")
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return kubeCreate(ctx, append([]string{"sandbox", "create"}, args...), name, c.policy, kc, stdout)
+		return kubeCreate(name, c.policy, kc)
 	default:
-		return failf("--backend %q: use local or kubernetes", c.backend)
+		return cli.Failf("--backend %q: use local or kubernetes", c.backend)
 	}
 	o, err := c.options(name, runArgs)
 	if err != nil {
@@ -220,7 +231,7 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		err = nil
 	}
 	if err != nil {
-		return failf("sandbox create %s: %v", name, err)
+		return cli.Failf("sandbox create %s: %v", name, err)
 	}
 	if *asJSON {
 		statuses, _ := m.Statuses(ctx, 2*time.Second)
@@ -238,18 +249,33 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 // printCreated tells how to use the created sandbox st.
 func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	sd := ""
-	if stateDir != defaultStateDir() {
+	if stateDir != cli.DefaultStateDir() {
 		sd = " --state-dir " + stateDir
 	}
+	ct := st.Container
 	fmt.Fprintf(stdout, `
   run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
-  env file:        %[2]s
-  CA bundle:       %[3]s
+  container:       %[10]s, uid/gid 0-65535 inside = %[11]d-%[12]d outside, workdir %[13]s
+  limits:          memory %[14]d bytes, pids %[15]d, cpu %[16]s, /tmp and %[13]s %[17]d bytes each
+  env file:        %[2]s (inside: %[18]s)
+  CA bundle:       %[3]s (inside: %[19]s)
   proxy:           http://%[4]s:%[5]d   model API: http://%[4]s:%[6]d/v1   DNS: %[4]s:53
   audit log:       %[7]s
   sidecar log:     %[8]s
   remove:          airlock sandbox delete%[9]s %[1]s
-`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd)
+`, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd,
+		ct.Runtime, ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1, ct.Workdir,
+		st.Limits.Memory, st.Limits.Pids, cpuLimit(st.Limits.CPU), ct.TmpSize, sandbox.InsideEnvFile, sandbox.InsideCABundle)
+	if st.Network == sandbox.NetworkNone {
+		fmt.Fprintln(stdout, "  network:         none (loopback only, no sidecar, no DNS)")
+	}
+}
+
+func cpuLimit(cpu float64) string {
+	if cpu <= 0 {
+		return "unlimited"
+	}
+	return strconv.FormatFloat(cpu, 'g', -1, 64)
 }
 
 // splitDashDash splits args at the first "--".
@@ -263,14 +289,15 @@ func splitDashDash(args []string) (before, after []string) {
 }
 
 const execLong = `
-Run CMD inside sandbox NAME: in its network namespace, started directly in its cgroup, with
-/etc/resolv.conf pointing at its DNS filter. CMD gets a clean environment, as with docker
-exec: PATH, HOME, HOSTNAME, LANG (and TERM on a terminal), the env file's variables, and what
---env names; never the rest of this environment (VAULT_TOKEN, secret sources). The airlock state directory is hidden from CMD except for the sandbox's public
-files (env file, CA bundle), the cgroup and bpf filesystems are read-only, and CMD runs with
-every capability dropped and no_new_privs set, even as root. stdin, stdout, stderr and the
-terminal are CMD's, and so is the exit status: this process becomes CMD. (With --ephemeral it
-waits for CMD instead, and reports a death by signal N as 128+N.)
+Run CMD inside sandbox NAME's container, through its OCI runtime ("runc exec"): in its
+namespaces, network namespace and cgroups, with no capabilities, no_new_privs and its seccomp
+profile, as root of its user namespace (--user UID[:GID] for another uid of its range), in its
+working directory. CMD gets a clean environment, as with docker exec: PATH, HOME (the working
+directory), HOSTNAME (the sandbox name), LANG (and TERM on a terminal), the env file's
+variables, and what --env names; never the rest of this environment (VAULT_TOKEN, secret
+sources). stdin, stdout, stderr and the terminal are CMD's, and so is the exit status (128+N
+for a death by signal N; 127 for a command that does not exist): this process becomes the
+runtime, which passes signals on. (With --ephemeral it waits for it instead.)
 
 --no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
@@ -278,18 +305,15 @@ the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
 one sandbox per command (the per_tool mode).`
 
 func sandboxExec(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
+	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
 	c := addCreateFlags(fs)
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
-	user := fs.String("user", "", "run CMD as UID[:GID] (default: this user, capabilities dropped)")
+	user := fs.String("user", "", "run CMD as UID[:GID] inside the sandbox, 0-65535 (default: its root, an unprivileged uid outside)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
 	// Flags stop at NAME: everything after it is the command.
-	if err := fs.parseOnce(args, stdout); err != nil {
-		return err
-	}
-	if err := fs.applyEnv(); err != nil {
+	if err := fs.ParseHead(args, stdout); err != nil {
 		return err
 	}
 	rest := fs.Args()
@@ -298,14 +322,14 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rest) < 2 {
 		fs.Usage()
-		return failf("sandbox exec: give NAME and a command")
+		return cli.Failf("sandbox exec: give NAME and a command")
 	}
 	name, argv := rest[0], rest[1:]
 	if argv[0] == "--" {
 		argv = argv[1:]
 	}
 	if len(argv) == 0 {
-		return failf("sandbox exec: give a command after NAME")
+		return cli.Failf("sandbox exec: give a command after NAME")
 	}
 	uid, gid, err := parseUser(*user)
 	if err != nil {
@@ -334,16 +358,16 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		err := m.ExecInPlace(name, argv, o)
 		var ee *sandbox.ExecError
 		if errors.As(err, &ee) {
-			return &exitError{code: ee.Code, msg: "sandbox exec: " + ee.Error()}
+			return &cli.ExitError{Code: ee.Code, Msg: "sandbox exec: " + ee.Error()}
 		}
-		return failf("sandbox exec %s: %v", name, err)
+		return cli.Failf("sandbox exec %s: %v", name, err)
 	}
 	code, err := runInSandbox(m, name, argv, o)
 	if err != nil {
-		return failf("sandbox exec %s: %v", name, err)
+		return cli.Failf("sandbox exec %s: %v", name, err)
 	}
 	if code != 0 {
-		return &exitError{code: code}
+		return &cli.ExitError{Code: code}
 	}
 	return nil
 }
@@ -361,7 +385,7 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 		err = nil
 	}
 	if err != nil {
-		return nil, failf("sandbox exec --ephemeral: create %s: %v", name, err)
+		return nil, cli.Failf("sandbox exec --ephemeral: create %s: %v", name, err)
 	}
 	return func() {
 		if err := m.Delete(context.Background(), name); err != nil {
@@ -418,43 +442,43 @@ func parseUser(s string) (uid, gid int, err error) {
 	}
 	u, g, hasG := strings.Cut(s, ":")
 	if uid, err = strconv.Atoi(u); err != nil || uid < 0 {
-		return 0, 0, failf("--user %q: give a numeric UID[:GID]", s)
+		return 0, 0, cli.Failf("--user %q: give a numeric UID[:GID]", s)
 	}
 	gid = uid
 	if hasG {
 		if gid, err = strconv.Atoi(g); err != nil || gid < 0 {
-			return 0, 0, failf("--user %q: give a numeric UID[:GID]", s)
+			return 0, 0, cli.Failf("--user %q: give a numeric UID[:GID]", s)
 		}
 	}
 	return uid, gid, nil
 }
 
 func sandboxList(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
+	fs := cli.NewFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
 List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
 sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.
 With --backend kubernetes, list the sandbox pods "sandbox create --backend kubernetes" made
 (label airlock.dev/sandbox): namespace, name, age, phase, sidecar state, policy ConfigMap, node.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	asJSON := fs.Bool("json", false, "print a JSON array with every field")
 	backend := fs.String("backend", "local", "local (this machine's state directory) | kubernetes (sandbox pods made by sandbox create --backend kubernetes)")
-	var k kubeClusterFlags
-	k.register(fs)
+	var k cli.KubeCluster
+	k.Register(fs)
 	all := fs.Bool("all-namespaces", false, "kubernetes: list the sandboxes of every namespace")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	switch *backend {
 	case "local":
 	case "kubernetes":
-		return kubeList(context.Background(), append([]string{"sandbox", "list"}, args...), &k, *all, *asJSON, stdout)
+		return kubeList(&k, *all, *asJSON)
 	default:
-		return failf("--backend %q: use local or kubernetes", *backend)
+		return cli.Failf("--backend %q: use local or kubernetes", *backend)
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -503,7 +527,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func sandboxDelete(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox delete", "airlock sandbox delete [--backend kubernetes [--namespace NS]] NAME [NAME...]", `
+	fs := cli.NewFlagSet("sandbox delete", "airlock sandbox delete [--backend kubernetes [--namespace NS]] NAME [NAME...]", `
 Stop each sandbox's sidecar gracefully (SIGTERM: it revokes its Vault leases; SIGKILL after
 30 s), kill what still runs in its cgroup, detach and unpin its kernel programs, and remove its
 network namespace, veth pair, cgroup and state. Deleting a sandbox that does not exist
@@ -511,26 +535,24 @@ succeeds; a failed step keeps the state file so that delete or reap can retry.
 With --backend kubernetes, delete the sandbox pod (the kubelet stops the sidecar last, which
 revokes its Vault leases), wait until it is gone, and delete the policy ConfigMap made for it
 unless another sandbox uses it. Pods "sandbox create" did not make are refused.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	backend := fs.String("backend", "local", "local (this machine's sandboxes) | kubernetes (a sandbox pod made by sandbox create --backend kubernetes, and the policy ConfigMap made for it)")
-	var k kubeClusterFlags
-	k.register(fs)
-	names, err := fs.parse(args, stdout, true)
+	var k cli.KubeCluster
+	k.Register(fs)
+	names, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(names) == 0 {
 		fs.Usage()
-		return failf("sandbox delete: give at least one NAME")
+		return cli.Failf("sandbox delete: give at least one NAME")
 	}
 	switch *backend {
 	case "local":
 	case "kubernetes":
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return kubeDelete(ctx, append([]string{"sandbox", "delete"}, args...), &k, names, stdout)
+		return kubeDelete(&k, names)
 	default:
-		return failf("--backend %q: use local or kubernetes", *backend)
+		return cli.Failf("--backend %q: use local or kubernetes", *backend)
 	}
 	m, err := manager(*stateDir, stdout)
 	if err != nil {
@@ -550,25 +572,25 @@ unless another sandbox uses it. Pods "sandbox create" did not make are refused.`
 		}
 	}
 	if len(errs) > 0 {
-		return failf("%s", strings.Join(errs, "; "))
+		return cli.Failf("%s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
 func sandboxReap(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
+	fs := cli.NewFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
 Remove sandboxes created longer ago than --older-than, and orphaned ones of any age: those a
 crashed create or delete left half-built, those whose supervisor is gone, and cgroups under
 the sandboxes' cgroup parent that no state file names. Run it from cron or a systemd timer.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	olderThan := fs.Duration("older-than", 0, "remove sandboxes older than this (e.g. 10m, 24h); required")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 || !flagGiven(fs, "older-than") {
 		fs.Usage()
-		return failf("sandbox reap: --older-than is required (0s removes every sandbox)")
+		return cli.Failf("sandbox reap: --older-than is required (0s removes every sandbox)")
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -590,39 +612,39 @@ the sandboxes' cgroup parent that no state file names. Run it from cron or a sys
 		failed = append(failed, err.Error())
 	}
 	if len(failed) > 0 {
-		return failf("sandbox reap: %s", strings.Join(failed, "; "))
+		return cli.Failf("sandbox reap: %s", strings.Join(failed, "; "))
 	}
 	return nil
 }
 
 // flagGiven reports whether the flag was set on the command line or from its variable
 // (applyEnv sets flags through fs.Set, so both count as visited).
-func flagGiven(fs *flagSet, name string) bool {
+func flagGiven(fs *cli.FlagSet, name string) bool {
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	return given
 }
 
 func sandboxDoctor(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
+	fs := cli.NewFlagSet("sandbox doctor", "airlock sandbox doctor [flags]", `
 Check that this machine can run sandboxes: privileges, cgroup v2 and the cgroup layout (pure v2
 or hybrid), the OCI runtime and its version, user namespaces, overlayfs, bpffs, the kernel's BPF
 features, the BPF LSM, network namespaces and veth pairs, the --subnet, wildcard listeners on
 the sidecar ports, the state directory and Vault (when VAULT_ADDR or --vault-addr is set).
 Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything failed.`, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	subnet := fs.String("subnet", sandbox.DefaultSubnet, "the --subnet sandboxes will use")
 	cgroupParent := fs.String("cgroup-parent", "", "the --cgroup-parent sandboxes will use")
 	vaultAddr := fs.String("vault-addr", os.Getenv("VAULT_ADDR"), "Vault to check (default $VAULT_ADDR)")
 	runtimeName := fs.String("runtime", sandbox.DefaultRuntime, "the --runtime sandboxes will use: runc | crun | PATH")
 	asJSON := fs.Bool("json", false, "print the checks as JSON")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	m, err := manager(*stateDir, nil)
 	if err != nil {
@@ -653,7 +675,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 		}
 	}
 	if failed > 0 {
-		return failf("sandbox doctor: %d check(s) failed", failed)
+		return cli.Failf("sandbox doctor: %d check(s) failed", failed)
 	}
 	return nil
 }
@@ -661,23 +683,23 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 // sandboxSupervise is the detached supervisor create starts: it runs and restarts the
 // sandbox's sidecar until SIGTERM.
 func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sandbox supervise", "airlock sandbox supervise NAME", "Internal: started by sandbox create.", stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory")
+	fs := cli.NewFlagSet("sandbox supervise", "airlock sandbox supervise NAME", "Internal: started by sandbox create.", stderr)
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	adopt := fs.Int("adopt", 0, "pid of the running first sidecar to supervise")
-	rest, err := fs.parse(args, stdout, false)
+	rest, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return errUsage
+		return cli.ErrUsage
 	}
 	store, err := sandbox.OpenStore(*stateDir)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	st, err := store.Load(rest[0])
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -687,7 +709,7 @@ func sandboxSupervise(args []string, stdout, stderr io.Writer) error {
 		return err == nil && cur.Phase != sandbox.PhaseDeleting
 	}
 	if err := sandbox.Supervise(ctx, st, *adopt, wanted, os.Stderr); err != nil {
-		return failf("supervise %s: %v", st.Name, err)
+		return cli.Failf("supervise %s: %v", st.Name, err)
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ func TestSystemdReapUnitRuns(t *testing.T) {
 		t.Fatalf("ExecStart %q: want /…/airlock and a subcommand", exec)
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(exec[1:], &stdout, &stderr); code != 0 {
+	if code := program.Main(exec[1:], &stdout, &stderr); code != 0 {
 		t.Fatalf("airlock %s: exit %d: %s", strings.Join(exec[1:], " "), code, stderr.String())
 	}
 	if !strings.Contains(stdout.String(), "nothing to reap") {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/llmproxy"
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -21,21 +22,21 @@ A ledger line that fails its checksum (other than a torn last line) is an error:
 changed and no total can be trusted.`
 
 func usageCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("usage", "airlock usage [--state-dir DIR] [--policy FILE] [--json]", usageLong, stderr)
-	stateDir := fs.String("state-dir", defaultStateDir(), "state directory holding the ledger (env AIRLOCK_STATE_DIR)")
+	fs := cli.NewFlagSet("usage", "airlock usage [--state-dir DIR] [--policy FILE] [--json]", usageLong, stderr)
+	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory holding the ledger (env AIRLOCK_STATE_DIR)")
 	policyFile := fs.String("policy", "", "policy whose llm.budget to report what is left of (env AIRLOCK_POLICY)")
 	asJSON := fs.Bool("json", false, "print the report as JSON (the admin /v1/usage format)")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
 		fs.Usage()
-		return errUsage
+		return cli.ErrUsage
 	}
 	totals, err := llmproxy.ReadLedger(*stateDir)
 	if err != nil {
-		return failf("%v", err)
+		return cli.Failf("%v", err)
 	}
 	var caps policy.Budget
 	if *policyFile != "" {

@@ -1,5 +1,3 @@
-//go:build kube
-
 package main
 
 import (
@@ -49,7 +47,7 @@ func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 		t.Fatalf("sidecar runs %q, want run", args[0])
 	}
 	fs, cfg := runFlags(io.Discard)
-	rest, err := fs.parse(args[1:], io.Discard, false)
+	rest, err := fs.ParseArgs(args[1:], io.Discard, false)
 	if err != nil || len(rest) != 0 {
 		t.Fatalf("airlock run does not accept the injected arguments %q: %v (rest %q)", args, err, rest)
 	}

@@ -9,10 +9,9 @@ import (
 
 // Where the airlock image keeps things, and who it runs as.
 const (
-	// AirlockBinary is the default build of cmd/airlock: the sidecar, and the image's
-	// entrypoint.
+	// AirlockBinary is cmd/airlock: the sidecar, and the image's entrypoint.
 	AirlockBinary = "/usr/local/bin/airlock"
-	// AirlockKubeBinary is the kube build (-tags kube): the webhook and the node agent, and
+	// AirlockKubeBinary is cmd/airlock-kube: the webhook and the node agent, and
 	// what AirlockBinary runs for them; next to it, where it looks first.
 	AirlockKubeBinary = "/usr/local/bin/airlock-kube"
 	CABundle          = "/etc/ssl/certs/ca-certificates.crt"
@@ -23,14 +22,14 @@ const (
 )
 
 // AirlockSpec describes airlock's image: the static airlock binaries built from the repository
-// at root (the sidecar build and the kube build), the pinned CA bundle, and a non-root user
+// at root (cmd/airlock, the sidecar, and cmd/airlock-kube), the pinned CA bundle, and a non-root user
 // (uid and gid 65532, "nonroot").
 func AirlockSpec(root, arch string, created time.Time) (Spec, error) {
 	bin, err := GoBinary(root, "./cmd/airlock", arch)
 	if err != nil {
 		return Spec{}, err
 	}
-	kubeBin, err := GoBinary(root, "./cmd/airlock", arch, "kube")
+	kubeBin, err := GoBinary(root, "./cmd/airlock-kube", arch)
 	if err != nil {
 		return Spec{}, err
 	}

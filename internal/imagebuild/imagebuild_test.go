@@ -165,8 +165,9 @@ func TestAirlockImage(t *testing.T) {
 	}
 }
 
-// checkStaticBinary checks that the layer holds an executable, static ELF at path, built with
-// -tags kube (and linking the Kubernetes client) exactly when kube is set.
+// checkStaticBinary checks that the layer holds an executable, static ELF at path, built from
+// cmd/airlock-kube (and linking the Kubernetes client) exactly when kube is set, else from
+// cmd/airlock.
 func checkStaticBinary(t *testing.T, hdrs map[string]*tar.Header, data map[string][]byte, path string, kube bool) {
 	t.Helper()
 	name := strings.TrimPrefix(path, "/")
@@ -187,14 +188,12 @@ func checkStaticBinary(t *testing.T, hdrs map[string]*tar.Header, data map[strin
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	var tags string
-	for _, s := range bi.Settings {
-		if s.Key == "-tags" {
-			tags = s.Value
-		}
+	wantPath := "github.com/airlock-dev/airlock/cmd/airlock"
+	if kube {
+		wantPath += "-kube"
 	}
 	linksKube := slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool { return strings.HasPrefix(m.Path, "k8s.io/") })
-	if (tags == "kube") != kube || linksKube != kube {
-		t.Errorf("%s: built with tags %q, links k8s.io modules: %v; want the kube build %v", path, tags, linksKube, kube)
+	if bi.Path != wantPath || linksKube != kube {
+		t.Errorf("%s: built from %s, links k8s.io modules: %v; want %s, linking them: %v", path, bi.Path, linksKube, wantPath, kube)
 	}
 }

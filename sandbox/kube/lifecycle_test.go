@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/test/kubetest"
 )
 
-// (The real API server runs these against the test cluster in e2e/cluster; these cases pin
+// (The real API server runs these against the test cluster in test/e2e/cluster; these cases pin
 // what is decided here.)
 
 func TestDeleteSandbox(t *testing.T) {

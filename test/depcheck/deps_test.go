@@ -15,6 +15,7 @@ const module = "github.com/airlock-dev/airlock"
 // (test files' imports are in other fields).
 type pkg struct {
 	ImportPath string
+	Name       string
 	Imports    []string
 	Deps       []string
 	// The files the build compiles.
@@ -61,17 +62,23 @@ type may map[string]string
 // place in the diagram when it is added.
 var ours = map[string]may{
 	"cmd/airlock": {
-		"internal/sidecar":   "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
-		"sandbox":            "airlock sandbox: the lifecycle manager",
-		"sandbox/kube":       "airlock sandbox --backend kubernetes, airlock webhook, and the pod watch of airlock node (the kube build, airlock-kube, only)",
-		"internal/nodeagent": "airlock node (the kube build only): flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
-		"policy":             "airlock policy check|explain|test, and loading a policy for sandbox and usage",
-		"proxy":              "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
-		"credentials":        "airlock policy placeholders computes placeholders with the state directory's key",
-		"llmproxy":           "airlock usage reads the usage ledger",
-		"learn":              "airlock policy learn|replay: candidate policies from audit trails",
-		"audit":              "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
+		"internal/cli":     "the command table, flag sets and exit codes both mains share",
+		"internal/sidecar": "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
+		"sandbox":          "airlock sandbox: the lifecycle manager",
+		"ebpf":             "passes ebpf.Host to the sandbox manager as its Kernel (sandbox does not link cilium/ebpf)",
+		"policy":           "airlock policy check|explain|test, and loading a policy for sandbox and usage",
+		"proxy":            "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
+		"credentials":      "airlock policy placeholders computes placeholders with the state directory's key",
+		"llmproxy":         "airlock usage reads the usage ledger",
+		"learn":            "airlock policy learn|replay: candidate policies from audit trails",
+		"audit":            "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
 	},
+	"cmd/airlock-kube": {
+		"internal/cli":       "the command table, flag sets and exit codes both mains share",
+		"sandbox/kube":       "airlock-kube sandbox (the Kubernetes backend), webhook, and the pod watch of node",
+		"internal/nodeagent": "airlock-kube node: flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
+	},
+	"internal/cli": {},
 	"internal/sidecar": {
 		"proxy": "wires the proxy", "dnsfilter": "wires the DNS filter", "llmproxy": "wires the model API",
 		"ebpf": "the in-process eBPF enforcer is its first kernel Enforcer", "credentials": "wires the credential broker",
@@ -79,7 +86,6 @@ var ours = map[string]may{
 		"audit": "builds the audit logger once", "policy": "owns the policy store and its reloads",
 		"internal/trust":     "writes --ca-bundle-out",
 		"internal/nodeproto": "--node-agent: the sidecar's client of the node agent's protocol",
-		"sandbox":            "adapts ebpf to the sandbox manager's Kernel interface (SandboxKernel): sandbox reaches the kernel only through it",
 	},
 	"proxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
 		"proxy/internal/xconnect": "turns on HTTP/2 extended CONNECT (WebSocket over HTTP/2) before net/http initialises"},
@@ -134,24 +140,18 @@ var heavies = []heavy{
 	{"k8s.io/client-go/kubernetes", []string{"test/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 
-// buildTags are the builds of the module: the default one (airlock, the sidecar) and the kube
-// one (airlock-kube, with the Kubernetes commands).
-var buildTags = []string{"", "kube"}
-
 func TestDependencyRules(t *testing.T) {
-	for _, tags := range buildTags {
-		t.Run("tags="+tags, func(t *testing.T) { checkRules(t, listPackages(t, tags)) })
-	}
+	checkRules(t, listPackages(t, ""))
 }
 
-// The sidecar build must not link the Kubernetes client: Go initialises every linked package
-// at every start, and these fault in about 6 MiB of the binary in every injected sidecar.
-// Only the kube build (airlock-kube) has them.
+// cmd/airlock, the sidecar, must not link the Kubernetes client: Go initialises every linked
+// package at every start, and these fault in about 6 MiB of the binary in every injected
+// sidecar. Only cmd/airlock-kube has them.
 func TestSidecarBuildLinksNoKubernetes(t *testing.T) {
 	kubePrefixes := []string{"k8s.io/", "sigs.k8s.io/", module + "/sandbox/kube"}
-	linked := func(tags string) []string {
+	linked := func(main string) []string {
 		var out []string
-		for _, p := range listPackages(t, tags, module+"/cmd/airlock") {
+		for _, p := range listPackages(t, "", module+"/"+main) {
 			for _, d := range p.Deps {
 				if slices.ContainsFunc(kubePrefixes, func(pre string) bool { return strings.HasPrefix(d, pre) }) {
 					out = append(out, d)
@@ -160,36 +160,28 @@ func TestSidecarBuildLinksNoKubernetes(t *testing.T) {
 		}
 		return out
 	}
-	if got := linked(""); len(got) > 0 {
-		t.Errorf("the default build of cmd/airlock (the sidecar) links %s: the Kubernetes commands belong in files built with -tags kube", strings.Join(got, ", "))
+	if got := linked("cmd/airlock"); len(got) > 0 {
+		t.Errorf("cmd/airlock (the sidecar) links %s: the Kubernetes commands belong in cmd/airlock-kube", strings.Join(got, ", "))
 	}
-	if got := linked("kube"); !slices.Contains(got, module+"/sandbox/kube") {
-		t.Errorf("cmd/airlock built with -tags kube does not link sandbox/kube (links %v): the check above proves nothing", got)
+	if got := linked("cmd/airlock-kube"); !slices.Contains(got, module+"/sandbox/kube") {
+		t.Errorf("cmd/airlock-kube does not link sandbox/kube (links %v): the check above proves nothing", got)
 	}
 }
 
-// make test runs the tests of the kube build (-tags kube) in cmd/airlock only, where its
-// files are; a file of the kube build anywhere else would go untested.
-func TestKubeTagOnlyInCmdAirlock(t *testing.T) {
+// One main per deliverable: no file of ours is compiled only with a build tag (the sidecar and
+// the Kubernetes commands were once one main built two ways, with twin stubs).
+func TestNoBuildTagSplitsAPackage(t *testing.T) {
 	files := func(p pkg) []string {
 		return slices.Concat(p.GoFiles, p.TestGoFiles, p.XTestGoFiles)
 	}
-	lean := map[string][]string{}
+	plain := map[string][]string{}
 	for _, p := range listPackages(t, "") {
-		lean[p.ImportPath] = files(p)
+		plain[p.ImportPath] = files(p)
 	}
-	var differ bool
 	for _, p := range listPackages(t, "kube") {
-		if slices.Equal(lean[p.ImportPath], files(p)) {
-			continue
+		if !slices.Equal(plain[p.ImportPath], files(p)) {
+			t.Errorf("%s has files built only with -tags kube: give the deliverable its own main under cmd/", p.ImportPath)
 		}
-		if p.ImportPath != module+"/cmd/airlock" {
-			t.Errorf("%s has files only one of the builds compiles (-tags kube or not): add its tests with -tags kube to make test, or keep the kube build to cmd/airlock", p.ImportPath)
-		}
-		differ = true
-	}
-	if !differ {
-		t.Error("no package differs between the default build and -tags kube: cmd/airlock's kube files are gone, or go list ignores the tag")
 	}
 }
 

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package e2e runs the real airlock binary against real clients (the curl binary and Go's
-// net/http) inside network namespaces built by internal/testnet: upstream hosts at 198.18.0.x
+// net/http) inside network namespaces built by test/testnet: upstream hosts at 198.18.0.x
 // and 198.19.0.x, names from a test DNS server, TLS from a test CA. Every test but the policy
 // check needs root (privtest.Require) and builds its own world, so tests run in parallel.
 package e2e
@@ -47,7 +47,7 @@ func airlockBinary(t testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
-	// Kernel tests re-execute this binary as the sandbox probe (internal/testnet).
+	// Kernel tests re-execute this binary as the sandbox probe (test/testnet).
 	testnet.RunProbeIfRequested()
 	code := m.Run()
 	if build.dir != "" {

@@ -28,10 +28,10 @@ func TestSandboxDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	demo := filepath.Join(t.TempDir(), "demo")
-	build := exec.CommandContext(ctx, "go", "build", "-o", demo, "./internal/demo")
-	build.Dir = ".."
+	build := exec.CommandContext(ctx, "go", "build", "-o", demo, "./tools/demo")
+	build.Dir = "../.."
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./internal/demo: %v\n%s", err, out)
+		t.Fatalf("go build ./tools/demo: %v\n%s", err, out)
 	}
 	cmd := exec.CommandContext(ctx, demo, "--bin", bin, "--policy", "../../deploy/examples/sandbox-policy.yaml")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}

@@ -14,7 +14,7 @@ const (
 	// AirlockImage is airlock's image (internal/imagebuild), under the name
 	// deploy/kustomization.yaml gives it.
 	AirlockImage = "ghcr.io/airlock-dev/airlock:dev"
-	// ProbeImage holds the probe program (internal/kubecluster/probe) at /probe, the
+	// ProbeImage holds the probe program (test/kubecluster/probe) at /probe, the
 	// entrypoint: `probe sleep` waits, `probe http URL` and the like report what the network
 	// lets through.
 	ProbeImage = "airlock.test/probe:v1"
@@ -35,7 +35,7 @@ func (c *Cluster) importImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	probe, err := imagebuild.GoBinary(root, "./internal/kubecluster/probe", "amd64")
+	probe, err := imagebuild.GoBinary(root, "./test/kubecluster/probe", "amd64")
 	if err != nil {
 		return err
 	}

@@ -44,10 +44,10 @@ func BuildAirlock(ctx context.Context, dir string) (string, error) {
 		return p, nil
 	}
 	bin := filepath.Join(dir, "airlock")
-	return bin, goBuild(ctx, bin)
+	return bin, goBuild(ctx, bin, "./cmd/airlock")
 }
 
-// BuildAirlockWithKube is BuildAirlock plus the kube build (-tags kube) as airlock-kube next to
+// BuildAirlockWithKube is BuildAirlock plus cmd/airlock-kube as airlock-kube next to
 // it, where airlock finds it when it forwards "webhook", "node" and "sandbox ... --backend
 // kubernetes". With $AIRLOCK_BIN set it builds nothing: airlock-kube is then expected next to
 // that binary or on $PATH, as airlock itself looks for it.
@@ -56,14 +56,14 @@ func BuildAirlockWithKube(ctx context.Context, dir string) (string, error) {
 		return p, nil
 	}
 	bin := filepath.Join(dir, "airlock")
-	if err := goBuild(ctx, bin); err != nil {
+	if err := goBuild(ctx, bin, "./cmd/airlock"); err != nil {
 		return "", err
 	}
-	return bin, goBuild(ctx, filepath.Join(dir, "airlock-kube"), "-tags", "kube")
+	return bin, goBuild(ctx, filepath.Join(dir, "airlock-kube"), "./cmd/airlock-kube")
 }
 
-// goBuild builds the module's ./cmd/airlock as out with the extra go build flags.
-func goBuild(ctx context.Context, out string, flags ...string) error {
+// goBuild builds the module's package pkg (./cmd/...) as out.
+func goBuild(ctx context.Context, out, pkg string) error {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("find go tool: %w", err)
@@ -76,7 +76,7 @@ func goBuild(ctx context.Context, out string, flags ...string) error {
 	if root == "." || root == "" {
 		return errors.New("build airlock: not inside the airlock module")
 	}
-	args := append(append([]string{"build", "-o", out}, flags...), "./cmd/airlock")
+	args := []string{"build", "-o", out, pkg}
 	cmd := exec.CommandContext(ctx, goTool, args...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -19,7 +19,7 @@ import (
 )
 
 // The LLM leg measures what airlock's model API adds to a model call: the same chat
-// completion sent to a fake OpenAI provider (internal/fakellm, in a child process) directly
+// completion sent to a fake OpenAI provider (test/fakellm, in a child process) directly
 // and through airlock's --llm-addr, at several concurrency levels and at a fixed 1000 req/s,
 // plus the time to first token of a stream. Airlock runs with its full path on: model
 // allowlist, budget reservation (a token cap is set), ledger, audit log, metrics. Added

@@ -6,7 +6,7 @@
 // shows, one line per step, an allowed request, a denied one, a credential injected by the
 // sidecar and a model call through OPENAI_BASE_URL. It then deletes the sandbox and the world,
 // also on Ctrl-C or failure. It never touches this machine's own network namespace. Run as
-// root: go run ./internal/demo --bin bin/airlock
+// root: go run ./tools/demo --bin bin/airlock
 package main
 
 import (

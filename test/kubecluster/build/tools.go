@@ -1,8 +1,8 @@
 //go:build tools
 
-// Package build pins the Kubernetes 1.37 and etcd 3.7 commands that internal/kubecluster runs.
+// Package build pins the Kubernetes 1.37 and etcd 3.7 commands that test/kubecluster runs.
 // It is its own module so that airlock's go.mod never grows by Kubernetes' dependency tree;
-// internal/kubecluster builds the commands named here into .cache/ with `go build`.
+// test/kubecluster builds the commands named here into .cache/ with `go build`.
 package build
 
 import (

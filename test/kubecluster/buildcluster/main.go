@@ -1,5 +1,5 @@
 // Command buildcluster builds (or finds in .cache/) the binaries of the test cluster
-// (internal/kubecluster) and prints where they are. `make kubecluster` runs it, so the slow
+// (test/kubecluster) and prints where they are. `make kubecluster` runs it, so the slow
 // first build (minutes) happens outside any test's timeout.
 package main
 

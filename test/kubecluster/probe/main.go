@@ -1,5 +1,5 @@
 // Command probe is the test cluster's only workload program, static and dependency-free in
-// its image (internal/kubecluster builds it): "pause" is the pod sandbox's process, "sleep"
+// its image (test/kubecluster builds it): "pause" is the pod sandbox's process, "sleep"
 // an app container that waits to be exec'd into, and "http", "dial" and "dns" are what a test
 // runs in a pod (kubectl exec) to see what the pod's network lets through; "find" looks for a
 // string in the container's environment and files. Each prints one line of key=value results

@@ -1,4 +1,4 @@
-// Command buildserver builds the Vault test server (internal/vaulttest/server, a separate
+// Command buildserver builds the Vault test server (test/vaulttest/server, a separate
 // module) into .cache/ unless a binary for its current sources is there already, and prints
 // its path. `make test` runs it first, so the slow first build (minutes) happens outside any
 // test's timeout.

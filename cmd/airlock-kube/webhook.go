@@ -1,5 +1,3 @@
-//go:build kube
-
 package main
 
 import (
@@ -17,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/sandbox/kube"
 )
 
@@ -51,8 +50,8 @@ type webhookConfig struct {
 	opts                    kube.Options
 }
 
-func webhookFlags(stderr io.Writer) (*flagSet, *webhookConfig) {
-	fs := newFlagSet("webhook", "airlock webhook --tls-cert FILE --tls-key FILE --image IMAGE --upstream-dns ADDR [flags]", webhookLong, stderr)
+func webhookFlags(stderr io.Writer) (*cli.FlagSet, *webhookConfig) {
+	fs := cli.NewFlagSet("webhook", "airlock webhook --tls-cert FILE --tls-key FILE --image IMAGE --upstream-dns ADDR [flags]", webhookLong, stderr)
 	c := &webhookConfig{}
 	fs.StringVar(&c.addr, "addr", ":8443", "HTTPS listen address")
 	fs.StringVar(&c.certFile, "tls-cert", "", "TLS certificate file (PEM; required), e.g. from a cert-manager Secret")
@@ -76,19 +75,19 @@ func webhookFlags(stderr io.Writer) (*flagSet, *webhookConfig) {
 
 func webhookCmd(args []string, stdout, stderr io.Writer) error {
 	fs, cfg := webhookFlags(stderr)
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
-		return failf("webhook: unexpected argument %q", rest[0])
+		return cli.Failf("webhook: unexpected argument %q", rest[0])
 	}
 	if cfg.certFile == "" || cfg.keyFile == "" {
-		return failf("webhook: --tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS)")
+		return cli.Failf("webhook: --tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS)")
 	}
 	lvl, err := logrus.ParseLevel(cfg.logLevel)
 	if err != nil {
-		return failf("--log-level %q: use debug, info, warn or error", cfg.logLevel)
+		return cli.Failf("--log-level %q: use debug, info, warn or error", cfg.logLevel)
 	}
 	log := logrus.New()
 	log.SetOutput(stderr)
@@ -104,15 +103,15 @@ func webhookCmd(args []string, stdout, stderr io.Writer) error {
 func serveWebhook(ctx context.Context, cfg *webhookConfig, log *logrus.Logger, listening func(net.Addr)) error {
 	h, err := kube.NewHandler(cfg.opts, log)
 	if err != nil {
-		return failf("webhook: %v", err)
+		return cli.Failf("webhook: %v", err)
 	}
 	certs, err := kube.NewCertReloader(cfg.certFile, cfg.keyFile, log)
 	if err != nil {
-		return failf("webhook: %v", err)
+		return cli.Failf("webhook: %v", err)
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return failf("--addr: %v", err)
+		return cli.Failf("--addr: %v", err)
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -135,17 +134,17 @@ func serveWebhook(ctx context.Context, cfg *webhookConfig, log *logrus.Logger, l
 	}
 	select {
 	case err := <-errc:
-		return failf("webhook: %v", err)
+		return cli.Failf("webhook: %v", err)
 	case <-ctx.Done():
 	}
 	log.Info("webhook shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return failf("webhook shutdown: %v", err)
+		return cli.Failf("webhook shutdown: %v", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return failf("webhook: %v", err)
+		return cli.Failf("webhook: %v", err)
 	}
 	return nil
 }

@@ -1,5 +1,3 @@
-//go:build kube
-
 package main
 
 import (
@@ -174,7 +172,7 @@ func TestWebhookFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("AIRLOCK_UPSTREAM_DNS", "10.96.0.10:53")
 	t.Setenv("AIRLOCK_DEFAULT_POLICY_CONFIGMAP", "fallback")
 	fs, cfg := webhookFlags(io.Discard)
-	if _, err := fs.parse([]string{"--image", "i"}, io.Discard, true); err != nil {
+	if _, err := fs.ParseArgs([]string{"--image", "i"}, io.Discard, true); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.opts.UpstreamDNS != "10.96.0.10:53" || cfg.opts.DefaultPolicyConfigMap != "fallback" || cfg.opts.Image != "i" {

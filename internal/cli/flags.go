@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -10,17 +10,19 @@ import (
 	"strings"
 )
 
-// flagSet wraps flag.FlagSet with the two habits every airlock subcommand shares: flags may
+// FlagSet wraps flag.FlagSet with the two habits every airlock subcommand shares: flags may
 // come before or after positional arguments, and (for commands that opt in) every flag can be
 // set from an AIRLOCK_* environment variable of the same name.
-type flagSet struct {
+type FlagSet struct {
 	*flag.FlagSet
 	usageLine string
 	long      string
 }
 
-func newFlagSet(name, usageLine, long string, stderr io.Writer) *flagSet {
-	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), usageLine: usageLine, long: long}
+// NewFlagSet returns the flag set of subcommand name: usageLine and long are printed by --help
+// above the flags.
+func NewFlagSet(name, usageLine, long string, stderr io.Writer) *FlagSet {
+	fs := &FlagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), usageLine: usageLine, long: long}
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		w := fs.Output()
@@ -40,10 +42,10 @@ func envName(flagName string) string {
 	return "AIRLOCK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parse parses args, allowing flags after positionals, and returns the positionals. With
+// ParseArgs parses args, allowing flags after positionals, and returns the positionals. With
 // fromEnv, a flag not given on the command line takes its AIRLOCK_* variable when set. --help
-// prints usage to stdout and returns errHelp.
-func (fs *flagSet) parse(args []string, stdout io.Writer, fromEnv bool) ([]string, error) {
+// prints usage to stdout and returns ErrHelp.
+func (fs *FlagSet) ParseArgs(args []string, stdout io.Writer, fromEnv bool) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.parseOnce(args, stdout); err != nil {
@@ -71,7 +73,7 @@ func (fs *flagSet) parse(args []string, stdout io.Writer, fromEnv bool) ([]strin
 // parseOnce is flag.FlagSet.Parse with the usage printed once: to stdout for --help, to
 // stderr after the error line for a bad flag. (The flag package would print it itself, to
 // the set's output, before parse could say where it belongs.)
-func (fs *flagSet) parseOnce(args []string, stdout io.Writer) error {
+func (fs *FlagSet) parseOnce(args []string, stdout io.Writer) error {
 	usage := fs.Usage
 	fs.Usage = func() {}
 	err := fs.Parse(args)
@@ -82,15 +84,15 @@ func (fs *flagSet) parseOnce(args []string, stdout io.Writer) error {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
 		fs.Usage()
-		return errHelp
+		return ErrHelp
 	default:
 		fs.Usage()
-		return errUsage
+		return ErrUsage
 	}
 }
 
 // applyEnv sets every flag that was not given explicitly from its environment variable.
-func (fs *flagSet) applyEnv() error {
+func (fs *FlagSet) applyEnv() error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
@@ -100,19 +102,16 @@ func (fs *flagSet) applyEnv() error {
 		}
 		if v, ok := os.LookupEnv(envName(f.Name)); ok {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = failf("%s=%q: %v", envName(f.Name), v, serr)
+				err = Failf("%s=%q: %v", envName(f.Name), v, serr)
 			}
 		}
 	})
 	return err
 }
 
-// errHelp means --help was printed; the command exits 0.
-var errHelp = &exitError{code: 0}
-
-// defaultStateDir is where state lives when --state-dir is not given: /var/lib/airlock as
+// DefaultStateDir is where state lives when --state-dir is not given: /var/lib/airlock as
 // root, else $XDG_STATE_HOME/airlock (default ~/.local/state/airlock).
-func defaultStateDir() string {
+func DefaultStateDir() string {
 	if os.Geteuid() == 0 {
 		return "/var/lib/airlock"
 	}
@@ -127,7 +126,7 @@ func defaultStateDir() string {
 
 // printFlags lists the flags GNU-style (--name), as the README and examples write them, with
 // their default when it is not the zero value.
-func (fs *flagSet) printFlags(w io.Writer) {
+func (fs *FlagSet) printFlags(w io.Writer) {
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
@@ -140,4 +139,13 @@ func (fs *flagSet) printFlags(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	})
+}
+
+// ParseHead parses the flags before the first positional argument (fs.Args() holds the rest,
+// untouched: a command line to run) and then the AIRLOCK_* variables of the flags not given.
+func (fs *FlagSet) ParseHead(args []string, stdout io.Writer) error {
+	if err := fs.parseOnce(args, stdout); err != nil {
+		return err
+	}
+	return fs.applyEnv()
 }

@@ -1,5 +1,3 @@
-//go:build kube
-
 package main
 
 import (

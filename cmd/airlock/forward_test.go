@@ -1,5 +1,3 @@
-//go:build !kube
-
 package main
 
 import (
@@ -127,13 +125,17 @@ func TestKubeCommandsExecAirlockKube(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
+		want []string // what airlock-kube is given; nil: args
 	}{
-		{"webhook", []string{"webhook", "--tls-cert", "c.pem", "--image", "img:1"}},
-		{"webhook help", []string{"webhook", "--help"}},
-		{"node", []string{"node", "--node-name", "n1"}},
-		{"sandbox create", []string{"sandbox", "create", "sb1", "--backend", "kubernetes", "--image", "python:3", "--namespace", "team a", "--wait", "0"}},
-		{"sandbox list", []string{"sandbox", "list", "--backend=kubernetes", "--all-namespaces", "--json"}},
-		{"sandbox delete", []string{"sandbox", "delete", "-backend", "kubernetes", "--kube-context", "c", "sb1", "sb2"}},
+		{"webhook", []string{"webhook", "--tls-cert", "c.pem", "--image", "img:1"}, nil},
+		{"webhook help", []string{"webhook", "--help"}, nil},
+		{"node", []string{"node", "--node-name", "n1"}, nil},
+		{"sandbox create", []string{"sandbox", "create", "sb1", "--backend", "kubernetes", "--image", "python:3", "--namespace", "team a", "--wait", "0"},
+			[]string{"sandbox", "create", "sb1", "--namespace", "team a", "--image", "python:3", "--wait", "0s"}},
+		{"sandbox list", []string{"sandbox", "list", "--backend=kubernetes", "--all-namespaces", "--json"},
+			[]string{"sandbox", "list", "--all-namespaces", "--json"}},
+		{"sandbox delete", []string{"sandbox", "delete", "-backend", "kubernetes", "--kube-context", "c", "sb1", "sb2"},
+			[]string{"sandbox", "delete", "--kube-context", "c", "--", "sb1", "sb2"}},
 	}
 	bin := installLean(t)
 	onPath := t.TempDir()
@@ -158,8 +160,12 @@ func TestKubeCommandsExecAirlockKube(t *testing.T) {
 				if p := got.lines("pid"); !slices.Equal(p, []string{strconv.Itoa(got.pid)}) {
 					t.Errorf("airlock-kube ran as pid %v, want airlock's own %d (the process replaced)", p, got.pid)
 				}
-				if a := got.lines("arg"); !slices.Equal(a, tc.args) {
-					t.Errorf("airlock-kube got %q, want %q", a, tc.args)
+				wantArgs := tc.want
+				if wantArgs == nil {
+					wantArgs = tc.args
+				}
+				if a := got.lines("arg"); !slices.Equal(a, wantArgs) {
+					t.Errorf("airlock-kube got %q, want %q", a, wantArgs)
 				}
 				if f := got.lines("forwarded"); !slices.Equal(f, []string{"1"}) {
 					t.Errorf("%s=%v, want 1", envForwarded, f)
@@ -182,7 +188,7 @@ func TestKubeCommandsWithoutAirlockKube(t *testing.T) {
 				t.Fatalf("exit %d, want 1\nstderr: %s", got.code, got.stderr)
 			}
 			msg := strings.TrimSuffix(got.stderr, "\n")
-			for _, want := range []string{args[0] + " needs airlock-kube", "next to " + bin, "$PATH", "make build", "go build -tags kube -o airlock-kube ./cmd/airlock"} {
+			for _, want := range []string{args[0] + " needs airlock-kube", "next to " + bin, "$PATH", "make build", "go build -o airlock-kube ./cmd/airlock-kube"} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("stderr %q lacks %q", msg, want)
 				}
@@ -211,5 +217,50 @@ func TestLocalBackendIsNotForwarded(t *testing.T) {
 	got := runLean(t, bin, "/usr/bin:/bin", "sandbox", "list", "--json", "--state-dir", t.TempDir())
 	if got.code != 0 || strings.TrimSpace(got.stdout) != "[]" {
 		t.Fatalf("exit %d, stdout %q, stderr %q: want 0 and an empty JSON list from this build", got.code, got.stdout, got.stderr)
+	}
+}
+
+// TestForwardedCommandsReachAirlockKube runs every forwarded command from a real airlock with
+// the real airlock-kube beside it: each answer must be airlock-kube's own (its name on the
+// error line, its flags in --help), so the two command lines cannot drift apart.
+func TestForwardedCommandsReachAirlockKube(t *testing.T) {
+	bin := installLean(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kubeOut := filepath.Join(filepath.Dir(bin), kubeBinary)
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", kubeOut, "../airlock-kube").CombinedOutput(); err != nil {
+		t.Fatalf("go build ../airlock-kube: %v\n%s", err, out)
+	}
+	kc := filepath.Join(t.TempDir(), "no-kubeconfig")
+	tests := []struct {
+		args   []string
+		code   int
+		output []string // each must appear in stdout+stderr
+	}{
+		{[]string{"webhook", "--help"}, 0, []string{"--tls-cert", "--image"}},
+		{[]string{"node", "--help"}, 0, []string{"--node-name", "--pin-root"}},
+		{[]string{"node"}, 1, []string{"airlock-kube: node: --node-name is required"}},
+		{[]string{"sandbox", "create", "sb1", "--backend", "kubernetes", "--image", "i", "--kubeconfig", kc, "--wait", "0"}, 1,
+			[]string{"airlock-kube: sandbox create sb1:", kc}},
+		{[]string{"sandbox", "create", "sb1", "--backend", "kubernetes", "--kubeconfig", kc}, 1,
+			[]string{"airlock-kube: sandbox create sb1 --backend kubernetes: --image is required"}},
+		{[]string{"sandbox", "list", "--backend", "kubernetes", "--kubeconfig", kc, "--all-namespaces"}, 1,
+			[]string{"airlock-kube: sandbox list:", kc}},
+		{[]string{"sandbox", "delete", "--backend", "kubernetes", "--kubeconfig", kc, "sb1"}, 1,
+			[]string{"airlock-kube: sandbox delete:", kc}},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args[:min(3, len(tc.args))], " "), func(t *testing.T) {
+			got := runLean(t, bin, "/usr/bin:/bin", tc.args...)
+			all := got.stdout + got.stderr
+			if got.code != tc.code {
+				t.Fatalf("airlock %q: exit %d, want %d\n%s", tc.args, got.code, tc.code, all)
+			}
+			for _, want := range tc.output {
+				if !strings.Contains(all, want) {
+					t.Errorf("airlock %q: output lacks %q:\n%s", tc.args, want, all)
+				}
+			}
+		})
 	}
 }

@@ -1,5 +1,3 @@
-//go:build kube
-
 package main
 
 import (
@@ -14,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/sandbox/kube"
 	"github.com/airlock-dev/airlock/test/kubetest"
 )
@@ -22,9 +21,10 @@ import (
 // kubeconfig path is checked by pointing it at nothing.
 
 func TestKubeCreateWithFakeClient(t *testing.T) {
-	fs := newFlagSet("sandbox create", "", "", io.Discard)
-	o := kubeCreateFlags(fs)
-	if _, err := fs.parse([]string{"--image", "python:3.13", "--command", "python3 -m http.server", "--policy-configmap", "pol", "--wait", "0"}, io.Discard, true); err != nil {
+	fs := cli.NewFlagSet("sandbox create", "", "", io.Discard)
+	o := &cli.KubeCreate{}
+	o.Register(fs)
+	if _, err := fs.ParseArgs([]string{"--image", "python:3.13", "--command", "python3 -m http.server", "--policy-configmap", "pol", "--wait", "0"}, io.Discard, true); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
@@ -56,20 +56,15 @@ func TestKubeCreateWithFakeClient(t *testing.T) {
 }
 
 func TestKubeCreateErrors(t *testing.T) {
-	o := &kubeCreateOptions{kubeClusterFlags: kubeClusterFlags{kubeconfig: filepath.Join(t.TempDir(), "no-kubeconfig")}, image: "i"}
-	err := kubeCreate(context.Background(), nil, "agent-1", "", o, io.Discard)
+	o := &cli.KubeCreate{KubeCluster: cli.KubeCluster{Kubeconfig: filepath.Join(t.TempDir(), "no-kubeconfig")}, Image: "i"}
+	err := kubeCreate(context.Background(), "agent-1", "", o, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no-kubeconfig") {
 		t.Errorf("missing kubeconfig: %v, want an error naming it", err)
 	}
-	err = kubeCreate(context.Background(), nil, "agent-1", "", &kubeCreateOptions{}, io.Discard)
+	err = kubeCreate(context.Background(), "agent-1", "", &cli.KubeCreate{}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--image is required") {
 		t.Errorf("no image: %v", err)
 	}
 }
 
-// kubeflags.go, built into the sidecar build too, cannot import sandbox/kube for its default.
-func TestDefaultPolicyKeyIsKubes(t *testing.T) {
-	if defaultPolicyKey != kube.DefaultPolicyKey {
-		t.Errorf("defaultPolicyKey %q, want sandbox/kube's %q", defaultPolicyKey, kube.DefaultPolicyKey)
-	}
-}
+const examplePolicy = "../../deploy/examples/policy.yaml"

@@ -1,5 +1,3 @@
-//go:build kube
-
 package main
 
 import (
@@ -12,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/internal/nodeagent"
 	"github.com/airlock-dev/airlock/sandbox/kube"
 )
@@ -40,45 +39,45 @@ type nodeConfig struct {
 }
 
 func nodeCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("node", "airlock node --node-name NODE [flags]", nodeLong, stderr)
+	fs := cli.NewFlagSet("node", "airlock node --node-name NODE [flags]", nodeLong, stderr)
 	c := &nodeConfig{}
 	fs.StringVar(&c.nodeName, "node-name", "", "this node's name (required; the DaemonSet sets it from spec.nodeName)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster service account)")
 	fs.StringVar(&c.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the node's cgroup hierarchy is mounted (cgroup v2, or hybrid with the v2 hierarchy at unified/)")
 	fs.StringVar(&c.pinRoot, "pin-root", "/sys/fs/bpf/airlock", "bpffs directory for the pods' pins (the node's /sys/fs/bpf)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug | info | warn | error")
-	rest, err := fs.parse(args, stdout, true)
+	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 0 {
-		return failf("node: unexpected argument %q", rest[0])
+		return cli.Failf("node: unexpected argument %q", rest[0])
 	}
 	if c.nodeName == "" {
-		return failf("node: --node-name is required")
+		return cli.Failf("node: --node-name is required")
 	}
 	log := logrus.New()
 	log.SetOutput(stderr)
 	log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
 	lvl, err := logrus.ParseLevel(c.logLevel)
 	if err != nil {
-		return failf("node: --log-level %q: use debug, info, warn or error", c.logLevel)
+		return cli.Failf("node: --log-level %q: use debug, info, warn or error", c.logLevel)
 	}
 	log.SetLevel(lvl)
 	root, err := nodeagent.V2Root(c.cgroupRoot)
 	if err != nil {
-		return failf("node: --cgroup-root: %v", err)
+		return cli.Failf("node: --cgroup-root: %v", err)
 	}
 	agent, err := nodeagent.New(nodeagent.Config{CgroupRoot: root, PinRoot: c.pinRoot, Logger: log})
 	if err != nil {
-		return failf("node: %v", err)
+		return cli.Failf("node: %v", err)
 	}
 	defer agent.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.WithFields(logrus.Fields{"node": c.nodeName, "cgroup_root": root, "pin_root": c.pinRoot}).Info("airlock node agent started")
 	if err := kube.WatchNodePods(ctx, c.kubeconfig, c.nodeName, nodePods{agent}, log); err != nil {
-		return &exitError{code: 1, msg: "node: " + oneLineErr(err)}
+		return &cli.ExitError{Code: 1, Msg: "node: " + cli.OneLineErr(err)}
 	}
 	log.Info("shutting down: every pod stays enforced")
 	return nil
