@@ -33,6 +33,7 @@ func TestSandboxHostileLimits(t *testing.T) {
 			pids, mem := defaultLimits(t, r.Stdout+r.Stderr)
 			h.wantPidsCap(t, name, pids)
 			h.wantMemoryCap(t, name, mem)
+			h.wantTmpCap(t, name, defaultTmpSize(t, r.Stdout+r.Stderr))
 		})
 	})
 }
@@ -104,6 +105,37 @@ func (h *hostile) wantMemoryCap(t *testing.T, name string, limit int64) {
 	if r := h.exec(t, nil, name, nil, nil, "true"); r.Code != 0 {
 		t.Errorf("resource caps: after the allocation, exec true: %s", r)
 	}
+}
+
+// wantTmpCap checks that writing limit+64M bytes into /tmp in sandbox name stops short with
+// "No space left on device".
+func (h *hostile) wantTmpCap(t *testing.T, name string, limit int64) {
+	t.Helper()
+	mib := min(limit+64<<20, maxAllocBound) >> 20
+	r := h.sh(t, name, fmt.Sprintf("dd if=/dev/zero of=/tmp/fill bs=1M count=%d 2>&1; echo size=$(wc -c < /tmp/fill); rm -f /tmp/fill", mib))
+	t.Logf("resource caps: writing %d MiB into /tmp (cap %d): %s", mib, limit, r)
+	var size int64
+	for _, a := range attempts(r.Stdout) {
+		if a.name == "size" {
+			size, _ = strconv.ParseInt(a.result, 10, 64)
+		}
+	}
+	if !strings.Contains(r.Stdout, "No space left") || size <= 0 || size > limit {
+		t.Errorf("resource caps: writing %d MiB into /tmp past a %d-byte cap: %s; want ENOSPC at most at the cap", mib, limit, r)
+	}
+}
+
+var tmpSizeRE = regexp.MustCompile(`/tmp and \S+ (\d+)([KMGT])`) // "/tmp and /work 512M each"
+
+// defaultTmpSize reads the /tmp size cap create printed; it fails t when there is none.
+func defaultTmpSize(t *testing.T, out string) int64 {
+	t.Helper()
+	m := tmpSizeRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("resource caps: create without flags printed no /tmp size cap:\n%s", out)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n << map[string]uint{"K": 10, "M": 20, "G": 30, "T": 40}[m[2]]
 }
 
 var (

@@ -205,7 +205,54 @@ echo done=1
 		if !bsh.alive() {
 			t.Errorf("%s: sandbox B's shell no longer answers after sandbox A's attempts:\n%s", class, r.Stdout)
 		}
+		h.wantHandOffHolds(t)
 	})
+}
+
+// wantHandOffHolds hands a workspace one sandbox wrote to the next (issue 27, "Mounts"): the
+// first plants symbolic links where the next one's --mount destinations land (to a host
+// directory, and to /etc); creating the next one may fail or mount inside its own view, but
+// must not create or mount anything on the host.
+func (h *hostile) wantHandOffHolds(t *testing.T) {
+	t.Helper()
+	const class = "other sandboxes (a handed-over workspace)"
+	ws, target := t.TempDir(), t.TempDir()
+	for _, d := range []string{ws, target} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := h.create(t, "ws", "--mount", ws+":/ws:rw")
+	r := h.sh(t, first, "ln -s "+target+"/x /ws/cache && ln -s /etc /ws/etc && echo planted")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "planted") {
+		t.Fatalf("%s: plant the links: %s", class, r)
+	}
+	for _, dest := range []string{"/ws/cache", "/ws/etc/" + first + "-next"} {
+		next := h.name("wsnext")
+		h.cleanupSandbox(t, next)
+		args := h.createArgs(h.flags("--mount", ws+":/ws:rw", "--mount", h.probeDir+":"+dest+":ro")...)
+		r := h.run(t, nil, createEnv(), append([]string{"sandbox", "create", next}, args...)...)
+		t.Logf("%s: create with --mount at %s, a link the first sandbox planted: exit %d %s", class, dest, r.Code, lastLine(r.Stderr))
+	}
+	removeOnCleanup(t, "/etc/"+first+"-next")
+	wantAbsentOnHost(t, class, filepath.Join(target, "x"), "/etc/"+first+"-next")
+	for _, mi := range []string{"/proc/1/mountinfo", "/proc/self/mountinfo"} {
+		b, err := os.ReadFile(mi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{target, "/etc/" + first} {
+			if strings.Contains(string(b), " "+p) {
+				t.Errorf("%s: the host's %s shows a mount at %s", class, mi, p)
+			}
+		}
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // TestSandboxHostileAirlock: airlock's own processes and files. The sidecar and supervisor are
@@ -233,6 +280,8 @@ $PROBE peek $SC sidecar
 $PROBE peek $SV supervisor
 rd r.sidecar_cmdline /proc/$SC/cmdline
 rd r.sidecar_environ /proc/$SC/environ
+echo "environ.init=$(tr '\0' ' ' < /proc/1/environ 2>/dev/null)"
+echo "environ.self=$(tr '\0' ' ' < /proc/$$/environ 2>/dev/null)"
 rd r.cakey $CAKEY
 rd r.cakey_sidecar_root /proc/$SC/root$CAKEY
 rd r.cakey_proc1 /proc/1/root$CAKEY
@@ -255,7 +304,8 @@ echo done=1
 		wantNoneSucceeded(t, class, r, "sidecar.signal0", "sidecar.environ", "sidecar.ptrace", "supervisor.signal0",
 			"supervisor.ptrace", "r.sidecar_environ", "r.cakey_sidecar_root", "kill.sidecar", "w.bin",
 			"w.supervisor_exe", "w.bindir", "find", "done")
-		wantNoSecret(t, class, r.Stdout, sbToken, sbOpenAIKey, "PRIVATE KEY", h.stateDir+"/sandboxes/"+name+"/sidecar")
+		wantNoSecret(t, class, r.Stdout, sbToken, sbOpenAIKey, "PRIVATE KEY", h.stateDir+"/sandboxes/"+name+"/sidecar",
+			"E2E_SANDBOX_TOKEN", "E2E_OPENAI_KEY")
 		if strings.Contains(attemptResult(r.Stdout, "ls.state"), name) {
 			t.Errorf("%s: the sandbox lists the state directory: %s", class, attemptResult(r.Stdout, "ls.state"))
 		}
@@ -428,6 +478,7 @@ wr cg.procs_root /sys/fs/cgroup/unified/cgroup.procs
 for f in $(find /sys/fs/cgroup -maxdepth 4 \( -name cgroup.procs -o -name memory.limit_in_bytes -o -name pids.max -o -name memory.max \) 2>/dev/null | head -n 500); do wr cg.write $f; done | grep '=ok' | head -n 5
 echo "ls.bpf=entries:$(ls -A /sys/fs/bpf 2>/dev/null | tr '\n' ',')"
 try bpf.mkdir mkdir /sys/fs/bpf/$N
+awk '$5 ~ /^\/sys/ && $6 ~ /^rw/ {print $5}' /proc/self/mountinfo | while read mp; do find "$mp" -maxdepth 2 -type f 2>/dev/null | head -n 50 | while read f; do wr sys.rw_submount "$f"; done; done | grep '=ok' | head -n 5
 try mount.tmpfs_sh mount -t tmpfs none /mnt
 echo done=1
 `
