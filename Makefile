@@ -48,7 +48,7 @@ build:
 	CGO_ENABLED=$(CGO_ENABLED) $(GO) build -o $(KUBE_BIN) ./cmd/airlock-kube
 
 # airlock's image, with no daemon and no registry: same commit and Go version, same digest (the
-# timestamps are the commit's). Push it with crane or skopeo: see README "Kubernetes".
+# timestamps are the commit's). Push it with crane or skopeo: see docs/kubernetes.md.
 IMAGE     ?= bin/airlock-image.tar
 IMAGE_REF ?= ghcr.io/airlock-dev/airlock:dev
 image:

@@ -36,7 +36,7 @@ type Config struct {
 	Env Source
 	// File fetches `file:` secrets. Nil means FileSource{}.
 	File Source
-	// CacheTTL is how long a fetched value may be used (see the cache rules in the README).
+	// CacheTTL is how long a fetched value may be used (see the cache rules in docs/credentials.md).
 	// Zero means DefaultCacheTTL.
 	CacheTTL time.Duration
 	// FetchTimeout bounds one fetch. Zero means DefaultFetchTimeout.

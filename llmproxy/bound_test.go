@@ -346,7 +346,7 @@ func TestBurstNeverOverspends(t *testing.T) {
 		}
 	}
 	// The documented worst-case overshoot of a lifetime cap is zero when the provider keeps
-	// to max_tokens (README, llm.budget).
+	// to max_tokens (docs/llm.md, llm.budget).
 	if charged > budget {
 		t.Errorf("charged %d tokens under a cap of %d", charged, budget)
 	}

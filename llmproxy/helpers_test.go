@@ -18,8 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/test/fakellm"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/fakellm"
 )
 
 func TestMain(m *testing.M) {

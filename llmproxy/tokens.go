@@ -42,7 +42,7 @@ func encodingFor(model string) encoding {
 type tokenizers struct {
 	o200k  func() *codec.Codec
 	cl100k func() *codec.Codec
-	// loads counts the vocabularies built (for tests and the README's cost claim).
+	// loads counts the vocabularies built (for tests and the cost claim in docs/llm.md).
 	loads atomic.Int32
 }
 

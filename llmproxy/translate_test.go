@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-dev/airlock/test/fakellm"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/fakellm"
 )
 
 // A provider's error reaches a translated caller in the caller's own format.

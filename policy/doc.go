@@ -65,6 +65,6 @@
 // The reason catalogue (reasons.go) is the one list of reason codes airlock emits, from the
 // policy and from every enforcement point (proxy, DNS filter, model API, credential broker,
 // kernel events): Reason.Info gives each code's HTTP status, sentence and remedy, and
-// README.md's table is tested against it. ParseUpstream and ParseUpstreams parse DNS resolver
+// docs/audit.md's table is generated from it. ParseUpstream and ParseUpstreams parse DNS resolver
 // addresses for spec.dns.upstreams, the DNS filter and the --upstream-dns flag alike.
 package policy

@@ -4,8 +4,8 @@ package policy
 // (the "reason" field of the proxy's JSON bodies, the audit "reason" field, the "reason"
 // metrics labels), with the HTTP status it goes with, a sentence saying what happened and a
 // remedy. The proxy, the DNS filter, the model API, the credential broker and the kernel
-// events emit these values and nothing else; the README's table of reasons is checked
-// against it by a test (reasons_test.go). The code strings are a contract: never rename one.
+// events emit these values and nothing else; the table of reasons in docs/audit.md is
+// generated from it (tools/docgen) and checked against it by a test (reasons_test.go). The code strings are a contract: never rename one.
 
 import "net/http"
 
@@ -133,7 +133,7 @@ type ReasonInfo struct {
 	Remedy string
 }
 
-// reasonCatalogue holds every reason, in the order the README's table lists them.
+// reasonCatalogue holds every reason, in the order docs/audit.md's table lists them.
 var reasonCatalogue = []ReasonInfo{
 	{ReasonRuleMatched, EmitPolicy, 0, "a rule allows the request", "nothing to do"},
 	{ReasonNoRule, EmitPolicy, http.StatusForbidden, "no rule names the host (or address)",

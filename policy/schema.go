@@ -2,7 +2,7 @@ package policy
 
 import "time"
 
-// This file is the v1 policy schema. The README's policy reference is written from these doc
+// This file is the v1 policy schema. docs/policy.md's reference is written from these doc
 // comments: every field says its YAML key, its zero value and what it means. The loader
 // (decode.go) maps YAML onto these structs strictly, by the `yaml` tags below.
 

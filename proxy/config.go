@@ -20,7 +20,7 @@ import (
 // Defaults for the zero values of Config's limits. They are the one source of these
 // numbers: airlock run's flags (--max-tunnels, --dial-timeout, --idle-timeout,
 // --response-header-timeout, --max-header-bytes, --max-request-body) take their defaults
-// from here, and a test holds the README's table of run flags to them.
+// from here, and a test holds docs/cli.md's table of run flags to them.
 const (
 	DefaultMaxTunnels            = 1024
 	DefaultDialTimeout           = 10 * time.Second

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -74,15 +76,47 @@ func writeV1Limits(h, dir string, l Limits) error {
 	return nil
 }
 
-// moveThreadV1 moves the calling thread (locked to its goroutine, never handed back) into the
-// v1 cgroup dirs: v1 places threads one by one, so a process the thread starts next begins in
-// them, and the rest of this process stays where it is.
-func moveThreadV1(dirs []string) error {
-	tid := strconv.Itoa(unix.Gettid())
+// moveThreadV1 moves the calling thread (locked to its goroutine) into the v1 cgroup dirs: v1
+// places threads one by one, so a process the thread starts next begins in them, and the rest
+// of this process stays where it is. back moves the thread to where it was (a locked thread
+// that is the main one is parked, not ended, when its goroutine returns: it must not keep the
+// sandbox's cgroups busy).
+func moveThreadV1(dirs []string) (back func() error, err error) {
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	var orig []string
 	for _, d := range dirs {
-		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte(tid), 0o644); err != nil {
-			return fmt.Errorf("enter cgroup %s: %w", d, err)
+		cur, err := threadCgroupIn(d)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(d, "tasks"), tid, 0o644); err != nil {
+			return nil, fmt.Errorf("enter cgroup %s: %w", d, err)
+		}
+		orig = append(orig, cur)
+	}
+	return func() error {
+		for _, o := range orig {
+			if err := os.WriteFile(filepath.Join(o, "tasks"), tid, 0o644); err != nil {
+				return fmt.Errorf("leave for cgroup %s: %w", o, err)
+			}
+		}
+		return nil
+	}, nil
+}
+
+// threadCgroupIn is the calling thread's cgroup directory in the v1 hierarchy that holds dir.
+func threadCgroupIn(dir string) (string, error) {
+	rest := strings.TrimPrefix(dir, cgroupV1Root+"/")
+	h, _, _ := strings.Cut(rest, "/")
+	data, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("read this thread's cgroups: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), h) {
+			return filepath.Join(cgroupV1Root, h, parts[2]), nil
 		}
 	}
-	return nil
+	return "", fmt.Errorf("this thread is in no %s cgroup", h)
 }

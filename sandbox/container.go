@@ -124,11 +124,13 @@ type ContainerState struct {
 	// SelfCgroups says airlock, not the runtime, places the container's processes in their
 	// cgroups and sets the limits (crun on a hybrid host: see v1LimitDirs); Global then holds
 	// the runtime flag that turns its cgroup support off.
-	SelfCgroups bool     `json:"self_cgroups,omitempty"`
-	Global      []string `json:"global,omitempty"`
-	Workdir     string   `json:"workdir"`
-	TmpSize     int64    `json:"tmp_size"`
-	Mounts      []Mount  `json:"mounts,omitempty"`
+	SelfCgroups bool `json:"self_cgroups,omitempty"`
+	// Once says the container is not started by create: OnceCommand runs one command as it.
+	Once    bool     `json:"once,omitempty"`
+	Global  []string `json:"global,omitempty"`
+	Workdir string   `json:"workdir"`
+	TmpSize int64    `json:"tmp_size"`
+	Mounts  []Mount  `json:"mounts,omitempty"`
 }
 
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.

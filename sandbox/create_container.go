@@ -42,7 +42,7 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 	st.Container = &ContainerState{
 		Runtime: rt, Root: filepath.Join(m.Store.StateRoot, "runtime", filepath.Base(rt)), ID: st.Name,
 		Bundle: bundleDirName(m.Store.Dir, st.Name), CgroupsPath: "/" + rel, Workdir: workdir,
-		TmpSize: o.TmpSize, Mounts: o.Mounts,
+		TmpSize: o.TmpSize, Mounts: o.Mounts, Once: o.Once,
 	}
 	if filepath.Base(rt) == "crun" && m.ops().HybridCgroups() {
 		st.Container.SelfCgroups, st.Container.Global = true, []string{"--cgroup-manager=disabled"}
@@ -91,6 +91,9 @@ func (m *Manager) doContainer(_ context.Context, c *creation) (string, error) {
 	}
 	if err := m.ops().WriteBundle(st); err != nil {
 		return "", err
+	}
+	if ct.Once {
+		return fmt.Sprintf("%s bundle ready (the command starts the container), uid/gid 0-%d -> %d-%d, %s", filepath.Base(ct.Runtime), IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(ct)), nil
 	}
 	if err := m.ops().RunContainer(st, st.runtimeLog()); err != nil {
 		return "", err

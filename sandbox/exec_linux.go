@@ -48,6 +48,50 @@ func (m *Manager) Command(name string, argv []string, o ExecOptions) (*exec.Cmd,
 	return cmd, st, nil
 }
 
+// OnceCommand prepares argv to run as sandbox name's container (created with
+// CreateOptions.Once): the bundle's process becomes argv under a small init that passes
+// signals on and reaps, and the runtime's `run` starts it in the foreground and deletes the
+// container when it ends. Use it as Command's result.
+func (m *Manager) OnceCommand(name string, argv []string, o ExecOptions) (*exec.Cmd, *State, error) {
+	st, err := m.Store.Load(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Phase != PhaseReady || st.Container == nil || !st.Container.Once {
+		return nil, nil, fmt.Errorf("sandbox %s was not created to run one command", name)
+	}
+	if len(argv) == 0 || o.UID >= IDRangeSize || o.GID >= IDRangeSize {
+		return nil, nil, fmt.Errorf("no command, or --user %d:%d outside 0-%d", o.UID, o.GID, IDRangeSize-1)
+	}
+	if st.Container.SelfCgroups {
+		if _, err := createV1Cgroups(st.Container.CgroupsPath, st.Limits); err != nil {
+			return nil, nil, err
+		}
+	}
+	_, tty := isTerminal(os.Stdin)
+	if err := setBundleProcess(st.Container, onceArgv(argv), execEnv(st, o), o.UID, o.GID, tty); err != nil {
+		return nil, nil, err
+	}
+	args := runtimeArgs(st.Container, "run", "--bundle", st.Container.Bundle, st.Container.ID)
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = []string{"PATH=" + defaultPath}
+	return cmd, st, nil
+}
+
+// onceArgv runs argv as the child of a shell that is the container's first process: it passes
+// INT, TERM and HUP on, reaps, and exits with argv's status (128+N for a death by signal N).
+// (The first process of a PID namespace ignores signals it has no handler for; argv must not
+// be it.) Its stdin is passed through fd 3: a shell gives an asynchronous command /dev/null
+// unless it redirects stdin itself.
+func onceArgv(argv []string) []string {
+	const script = `trap 'kill -INT $c 2>/dev/null' INT; trap 'kill -TERM $c 2>/dev/null' TERM; trap 'kill -HUP $c 2>/dev/null' HUP
+exec 3<&0
+"$@" <&3 3<&- &
+c=$!
+while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done`
+	return append([]string{"/bin/sh", "-c", script, "sh"}, argv...)
+}
+
 // StartCommand starts cmd (from Command) inside the sandbox's network namespace and closes
 // the process description it passes.
 func StartCommand(cmd *exec.Cmd, st *State) error {
@@ -80,7 +124,7 @@ func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
 			return fmt.Errorf("enter cgroup %s: %w", p.cgroup2, err)
 		}
 	}
-	if err := enterPlacement(p); err != nil {
+	if _, err := enterPlacement(p); err != nil {
 		return err
 	}
 	err = syscall.Exec(args[0], args, []string{"PATH=" + defaultPath})
@@ -101,6 +145,9 @@ func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (*State
 	}
 	if st.Container == nil {
 		return nil, nil, fmt.Errorf("sandbox %s has no container (made by an older airlock): delete and create it again", name)
+	}
+	if st.Container.Once {
+		return nil, nil, fmt.Errorf("sandbox %s runs one command (exec --ephemeral), not more", name)
 	}
 	if o.UID >= IDRangeSize || o.GID >= IDRangeSize {
 		return nil, nil, fmt.Errorf("--user %d:%d: the sandbox maps uids and gids 0-%d", o.UID, o.GID, IDRangeSize-1)

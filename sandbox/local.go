@@ -89,6 +89,9 @@ type CreateOptions struct {
 	TmpSize int64
 	// IDBase is the first host uid/gid handed to sandboxes (DefaultIDBase when zero).
 	IDBase uint32
+	// Once prepares the container without starting it: OnceCommand then runs one command as
+	// the container (`exec --ephemeral`), which saves the runtime a start, an exec and a delete.
+	Once bool
 	// RunArgs are extra `airlock run` flags for the sidecar.
 	RunArgs []string
 	// Env is the environment of the supervisor and the sidecar (credential sources, Vault,

@@ -100,11 +100,13 @@ func startPlaced(cmd *exec.Cmd, p placement) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
-		if err := enterPlacement(p); err != nil {
+		back, err := enterPlacement(p)
+		if err != nil {
 			errc <- err
 			return
 		}
-		errc <- cmd.Start()
+		err = cmd.Start()
+		errc <- errors.Join(err, back())
 	}()
 	return <-errc
 }
@@ -114,34 +116,33 @@ func startPlaced(cmd *exec.Cmd, p placement) error {
 // namespace in which the cgroup v2 hierarchy is covered by an empty tmpfs: crun 1.8 refuses
 // any hybrid host whose v2 hierarchy has a controller, even with its cgroup manager disabled;
 // there it sees a v1-only host, and with the manager disabled touches no cgroup at all.
-func enterPlacement(p placement) error {
+//
+// back moves the thread out of the v1 cgroups again (its namespaces stay: the thread is never
+// handed back to the scheduler).
+func enterPlacement(p placement) (back func() error, err error) {
 	if p.netns != "" {
 		nsfd, err := unix.Open(p.netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("open network namespace %s: %w", p.netns, err)
+			return nil, fmt.Errorf("open network namespace %s: %w", p.netns, err)
 		}
 		defer unix.Close(nsfd)
 		if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("enter network namespace %s: %w", p.netns, err)
+			return nil, fmt.Errorf("enter network namespace %s: %w", p.netns, err)
 		}
 	}
-	if err := moveThreadV1(p.v1); err != nil {
-		return err
+	if p.hideUnified {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return nil, fmt.Errorf("new mount namespace: %w", err)
+		}
+		if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			return nil, fmt.Errorf("make mounts private: %w", err)
+		}
+		unified := filepath.Join(cgroupV1Root, "unified")
+		if err := unix.Mount("airlock-hidden", unified, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k"); err != nil {
+			return nil, fmt.Errorf("cover %s: %w", unified, err)
+		}
 	}
-	if !p.hideUnified {
-		return nil
-	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("new mount namespace: %w", err)
-	}
-	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	unified := filepath.Join(cgroupV1Root, "unified")
-	if err := unix.Mount("airlock-hidden", unified, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k"); err != nil {
-		return fmt.Errorf("cover %s: %w", unified, err)
-	}
-	return nil
+	return moveThreadV1(p.v1)
 }
 
 // logTail is what was appended to logFile from offset on, trimmed to its last 500 bytes.
@@ -260,6 +261,33 @@ func execProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) 
 		return nil, fmt.Errorf("encode process: %w", err)
 	}
 	return data, nil
+}
+
+// setBundleProcess makes argv (run as is) the process of c's bundle, as execProcess describes.
+func setBundleProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) error {
+	path := filepath.Join(c.Bundle, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read bundle: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("bundle %s: %w", path, err)
+	}
+	pdata, err := execProcess(c, nil, env, uid, gid, tty)
+	if err != nil {
+		return err
+	}
+	var p specs.Process
+	if err := json.Unmarshal(pdata, &p); err != nil {
+		return err
+	}
+	p.Args = argv
+	spec.Process = &p
+	if data, err = json.Marshal(&spec); err != nil {
+		return fmt.Errorf("encode config.json: %w", err)
+	}
+	return writeFileReplace(path, data, 0o600)
 }
 
 // processFile puts data in an anonymous memory file the runtime reads by /proc path. The file

@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/internal/cli"
-	"github.com/airlock-dev/airlock/internal/nodeagent"
+	"github.com/airlock-dev/airlock/internal/node"
 	"github.com/airlock-dev/airlock/sandbox/kube"
 )
 
@@ -64,11 +64,11 @@ func nodeCmd(args []string, stdout, stderr io.Writer) error {
 		return cli.Failf("node: --log-level %q: use debug, info, warn or error", c.logLevel)
 	}
 	log.SetLevel(lvl)
-	root, err := nodeagent.V2Root(c.cgroupRoot)
+	root, err := node.V2Root(c.cgroupRoot)
 	if err != nil {
 		return cli.Failf("node: --cgroup-root: %v", err)
 	}
-	agent, err := nodeagent.New(nodeagent.Config{CgroupRoot: root, PinRoot: c.pinRoot, Logger: log})
+	agent, err := node.NewAgent(node.AgentConfig{CgroupRoot: root, PinRoot: c.pinRoot, Logger: log})
 	if err != nil {
 		return cli.Failf("node: %v", err)
 	}
@@ -84,18 +84,18 @@ func nodeCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 // nodePods adapts the agent to the pod watch.
-type nodePods struct{ a *nodeagent.Agent }
+type nodePods struct{ a *node.Agent }
 
 func (n nodePods) Resync(pods []kube.NodePod) error {
-	out := make([]nodeagent.Pod, 0, len(pods))
+	out := make([]node.Pod, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, nodeagent.Pod(p))
+		out = append(out, node.Pod(p))
 	}
 	return n.a.Resync(out)
 }
 
-func (n nodePods) Upsert(p kube.NodePod) error { return n.a.Upsert(nodeagent.Pod(p)) }
+func (n nodePods) Upsert(p kube.NodePod) error { return n.a.Upsert(node.Pod(p)) }
 
 func (n nodePods) Delete(namespace, name string) error {
-	return n.a.Delete(nodeagent.Pod{Namespace: namespace, Name: name}.Sandbox())
+	return n.a.Delete(node.Pod{Namespace: namespace, Name: name}.Sandbox())
 }

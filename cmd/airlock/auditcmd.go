@@ -31,7 +31,7 @@ func auditCmd(args []string, stdout, stderr io.Writer) error {
 // auditFlags registers airlock run's audit file flags.
 func auditFlags(fs *cli.FlagSet, c *sidecar.Config) {
 	a := &c.Audit
-	fs.StringVar(&a.Key, "audit-key", "", "Ed25519 key (PKCS #8 PEM) that signs audit checkpoints; created when absent; default: audit-signing.key in --state-dir. Keep it off the log's volume (README: Tamper-evident audit log)")
+	fs.StringVar(&a.Key, "audit-key", "", "Ed25519 key (PKCS #8 PEM) that signs audit checkpoints; created when absent; default: audit-signing.key in --state-dir. Keep it off the log's volume (docs/audit.md: Where the key lives)")
 	fs.StringVar(&a.Checkpoints, "audit-checkpoints", "", "file the signed checkpoints are appended to; default: the --audit-log file + .checkpoints")
 	fs.Int64Var(&a.MaxBytes, "audit-max-bytes", 0, "rotate the --audit-log file when it reaches this size (0: never on size)")
 	fs.DurationVar(&a.MaxAge, "audit-max-age", 0, "rotate the --audit-log file when it is this old (0: never on age)")

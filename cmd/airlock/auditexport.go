@@ -25,7 +25,7 @@ and what airlock audit verify finds in the audit files. The private signing key 
 copied.
 
 For a sidecar this host does not manage (a Kubernetes pod), copy its files out first (see the
-README, "Evidence packs") and name them with --audit-log, --sidecar-state and --policy instead
+docs/audit.md, "Evidence packs") and name them with --audit-log, --sidecar-state and --policy instead
 of NAME. Exits 1 when the audit files do not verify; the pack is written anyway.`
 
 // exportSources are the files of one sidecar that an evidence pack takes.

@@ -378,6 +378,7 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 	if err != nil {
 		return nil, err
 	}
+	o.Once = true // the command starts the container (runInSandbox)
 	_, err = m.Create(context.Background(), o)
 	var warn *sandbox.Warning
 	if errors.As(err, &warn) {
@@ -394,11 +395,12 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 	}, nil
 }
 
-// runInSandbox runs argv in the sandbox with this process's stdio and returns its exit code.
+// runInSandbox runs argv as the container of the sandbox (made by createEphemeral) with this
+// process's stdio and returns its exit code.
 // While it runs, SIGINT and SIGQUIT are left to the command (the terminal sends them to its
 // process group, which the command shares); SIGTERM and SIGHUP are passed on.
 func runInSandbox(m *sandbox.Manager, name string, argv []string, o sandbox.ExecOptions) (int, error) {
-	cmd, st, err := m.Command(name, argv, o)
+	cmd, st, err := m.OnceCommand(name, argv, o)
 	if err != nil {
 		return 0, err
 	}

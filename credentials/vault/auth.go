@@ -1,7 +1,6 @@
 package vault
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -108,7 +107,7 @@ func (s *Source) loginWrite(ctx context.Context, path string, data map[string]an
 func (s *Source) keepRenewed(ctx context.Context, secret *api.Secret) {
 	ctx, cancel := context.WithCancel(ctx) // ends the token file watch with this login
 	defer cancel()
-	fileChanged := s.watchTokenFile(ctx)
+	fileChanged := s.watchTokenFile(ctx, secret.Auth.ClientToken) // the token that logged in
 	if !secret.Auth.Renewable || secret.Auth.LeaseDuration == 0 {
 		// A root or periodic-less token: nothing to renew. Wait for a new token file, or
 		// for the token's end.
@@ -154,32 +153,39 @@ func (s *Source) keepRenewed(ctx context.Context, secret *api.Secret) {
 	}
 }
 
-// watchTokenFile returns a channel closed when the token file's content changes (polled
-// every second; an agent may replace the file atomically, which inotify on the old inode
-// would miss). It returns nil (never ready) when no token file is in use.
-func (s *Source) watchTokenFile(ctx context.Context) <-chan struct{} {
+// watchTokenFile returns a channel closed when the token file holds a token other than
+// loggedIn, the token this login used (checked at once, then every second; an agent may
+// replace the file atomically, which inotify on the old inode would miss). The baseline is
+// the token that logged in, never the file as the watch first finds it: a rotation that lands
+// between the login and the watch's start is seen. It returns nil (never ready) when no
+// token file is in use.
+func (s *Source) watchTokenFile(ctx context.Context, loggedIn string) <-chan struct{} {
 	if s.cfg.Auth != AuthToken || s.cfg.Token != "" || s.cfg.TokenFile == "" {
 		return nil
 	}
-	orig, _ := os.ReadFile(s.cfg.TokenFile)
 	ch := make(chan struct{})
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		for {
+		for !s.tokenFileRotated(loggedIn) {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				b, err := os.ReadFile(s.cfg.TokenFile)
-				if err == nil && !bytes.Equal(bytes.TrimSpace(b), bytes.TrimSpace(orig)) && len(bytes.TrimSpace(b)) > 0 {
-					close(ch)
-					return
-				}
 			}
 		}
+		close(ch)
 	}()
 	return ch
+}
+
+// tokenFileRotated says whether the token file holds a token other than loggedIn, compared
+// as login reads it (trimmed). An unreadable or empty file is no rotation: the agent may be
+// between removing the old file and writing the new one.
+func (s *Source) tokenFileRotated(loggedIn string) bool {
+	b, err := os.ReadFile(s.cfg.TokenFile)
+	tok := strings.TrimSpace(string(b))
+	return err == nil && tok != "" && tok != loggedIn
 }
 
 func readTrimmed(path string) (string, error) {

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/credentials"
-	"github.com/airlock-dev/airlock/test/vaulttest"
 	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/test/vaulttest"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -291,18 +291,14 @@ func TestNewValidates(t *testing.T) {
 func TestTokenFileRotation(t *testing.T) {
 	v := vaulttest.Start(t)
 	v.PutKV(t, "tf", map[string]any{"k": "token-file-value"})
-	newToken := func() string {
-		out := v.Must(t, "POST", "auth/token/create", map[string]any{"policies": []string{"root"}, "ttl": "1h"})
-		return out["auth"].(map[string]any)["client_token"].(string)
-	}
-	first := newToken()
+	first := rootToken(t, v)
 	file := writeFile(t, "token", first)
 	src := startSource(t, Config{Address: v.Address, CACertFile: v.CACertFile, TokenFile: file})
 	sec := kv("secret/data/tf", "k", 0)
 	if got, err := src.Fetch(context.Background(), "tf", sec); err != nil || got.Secret != "token-file-value" {
 		t.Fatalf("with the first token: %q, %v", got.Secret, err)
 	}
-	second := newToken()
+	second := rootToken(t, v)
 	if err := os.WriteFile(file, []byte(second+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -314,6 +310,59 @@ func TestTokenFileRotation(t *testing.T) {
 	if got, err := src.Fetch(context.Background(), "tf", sec); err != nil || got.Secret != "token-file-value" {
 		t.Fatalf("after rotation, with the first token revoked: %q, %v", got.Secret, err)
 	}
+}
+
+// TestTokenFileRotatedBeforeWatch: a rotation that lands between a login and the start of
+// that login's token file watch is seen, and the next login uses the new token. The gap is
+// made deterministic by running the steps of authLoop one by one: log in with the first
+// token, rotate the file, then start keepRenewed (which starts the watch). A watch whose
+// baseline is the file as it finds it would take the new token for the one in use and never
+// end; one whose baseline is the token that logged in ends at once.
+func TestTokenFileRotatedBeforeWatch(t *testing.T) {
+	v := vaulttest.Start(t)
+	v.PutKV(t, "tf", map[string]any{"k": "token-file-value"})
+	first, second := rootToken(t, v), rootToken(t, v)
+	file := writeFile(t, "token", first)
+	s, err := New(Config{Address: v.Address, CACertFile: v.CACertFile, TokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := s.login(context.Background())
+	if err != nil || secret.Auth.ClientToken != first || !secret.Auth.Renewable {
+		t.Fatalf("first login: renewable %v, %v (want the first token, renewable)", secret != nil && secret.Auth.Renewable, err)
+	}
+	if err := os.WriteFile(file, []byte(second+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		s.keepRenewed(ctx, secret) // returns when the token file changes (or ctx ends)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second): // a deadline for the failure only; the pass does not wait
+		cancel()
+		<-ended
+		t.Fatal("the token file was rotated before its watch started and the watch never saw it")
+	}
+	v.Must(t, "POST", "auth/token/revoke", map[string]any{"token": first})
+	again, err := s.login(context.Background())
+	if err != nil || again.Auth.ClientToken != second {
+		t.Fatalf("login after the rotation: %v (want the second token)", err)
+	}
+	if got, err := s.fetchStatic(context.Background(), "tf", &policy.VaultRef{Path: "secret/data/tf", Field: "k"}); err != nil || got.Secret != "token-file-value" {
+		t.Fatalf("fetch with the second token, the first revoked: %q, %v", got.Secret, err)
+	}
+}
+
+// rootToken creates a renewable child token with the root policy and a 1h TTL.
+func rootToken(t *testing.T, v *vaulttest.Server) string {
+	t.Helper()
+	out := v.Must(t, "POST", "auth/token/create", map[string]any{"policies": []string{"root"}, "ttl": "1h"})
+	return out["auth"].(map[string]any)["client_token"].(string)
 }
 
 // TestKubernetesLogin checks the Kubernetes login request against a fake Vault (the real

@@ -124,7 +124,7 @@ func DefaultStateDir() string {
 	return filepath.Join(os.TempDir(), "airlock-state")
 }
 
-// printFlags lists the flags GNU-style (--name), as the README and examples write them, with
+// printFlags lists the flags GNU-style (--name), as docs/ and the examples write them, with
 // their default when it is not the zero value.
 func (fs *FlagSet) printFlags(w io.Writer) {
 	fs.VisitAll(func(f *flag.Flag) {

@@ -6,12 +6,12 @@ import "github.com/prometheus/client_golang/prometheus"
 // under the names the in-process enforcer uses (airlock_kernel_*), so dashboards do not
 // care which one enforces.
 type agentCollector struct {
-	a                                   *agentEnforcer
+	a                                   agentEnforcer
 	bytes, packets, connections, denies *prometheus.Desc
 	lost                                *prometheus.Desc
 }
 
-func newAgentCollector(a *agentEnforcer, sandbox string) *agentCollector {
+func newAgentCollector(a agentEnforcer, sandbox string) *agentCollector {
 	labels := prometheus.Labels{"sandbox": sandbox}
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("airlock_kernel_"+name, help, nil, labels)

@@ -1,13 +1,15 @@
 package sidecar
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,78 +18,188 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/internal/nodeproto"
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// fakeAgent plays the node agent on an abstract socket: it welcomes every hello, answers
-// every request, and hands what it received to the test.
-type fakeAgent struct {
-	ln    net.Listener
-	reqs  chan nodeproto.Request
-	conns chan net.Conn
-	// refuse, when set, is the error every hello gets.
-	refuse string
+// wireDir holds the protocol's golden messages (node's TestWireGolden).
+var wireDir = filepath.Join("..", "node", "testdata", "wire")
+
+func readWire(t *testing.T, file string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(wireDir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
-func startFakeAgent(t *testing.T, refuse string) (*fakeAgent, string) {
+// wireStep is one request the client must send, byte for byte, and the replies the agent
+// answers it with.
+type wireStep struct {
+	request string   // golden file
+	replies [][]byte // raw lines
+	// want, when set, is the request's bytes instead of the golden file's.
+	want []byte
+}
+
+// replayAgent plays the node agent from golden bytes: it compares each line it reads with
+// the next step's request and writes that step's replies. The channel gets the first
+// difference, or nil once every step is played.
+func replayAgent(t *testing.T, steps []wireStep) (string, <-chan error) {
 	t.Helper()
 	if os.Geteuid() != 0 {
+		if os.Getenv("AIRLOCK_PRIVILEGED_TESTS") == "1" {
+			t.Fatal("AIRLOCK_PRIVILEGED_TESTS=1 but not root: the sidecar accepts only an agent socket held by root")
+		}
 		t.Skip("the sidecar accepts only an agent socket held by root: run as root")
 	}
-	id := make([]byte, 6)
-	_, _ = rand.Read(id)
-	name := "@airlock-sidecar-test-" + hex.EncodeToString(id)
+	name := fmt.Sprintf("@airlock-sidecar-wire-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	ln, err := net.Listen("unix", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeAgent{ln: ln, reqs: make(chan nodeproto.Request, 16), conns: make(chan net.Conn, 4), refuse: refuse}
 	t.Cleanup(func() { ln.Close() })
-	go f.serve()
-	return f, name
-}
-
-func (f *fakeAgent) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
+	wants := make([][]byte, len(steps))
+	for i, s := range steps {
+		if wants[i] = s.want; wants[i] == nil {
+			wants[i] = readWire(t, s.request)
 		}
-		f.conns <- c
-		go func() {
-			pc := nodeproto.NewConn(c)
-			for {
-				var r nodeproto.Request
-				if err := pc.Read(&r); err != nil {
-					return
-				}
-				f.reqs <- r
-				out := nodeproto.Reply{ID: r.ID}
-				switch {
-				case r.Op == nodeproto.OpHello && f.refuse != "":
-					out.Error = f.refuse
-				case r.Op == nodeproto.OpHello:
-					out.Welcome = &nodeproto.Welcome{Version: nodeproto.Version, Sandbox: "ns.pod"}
-				case r.Op == nodeproto.OpCounters:
-					out.Counters = &nodeproto.Counters{Denies: 3}
-					_ = pc.Write(nodeproto.Reply{Deny: &nodeproto.DenyEvent{Hook: "connect4", Reason: "not_allowed", Dest: "198.18.0.20:80", Proto: 6}})
-				}
-				_ = pc.Write(out)
+	}
+	done := make(chan error, 1)
+	go func() { done <- replay(ln, steps, wants) }()
+	return name, done
+}
+
+func replay(ln net.Listener, steps []wireStep, wants [][]byte) error {
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for i, s := range steps {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("read the request of %s: %w", s.request, err)
+		}
+		if !bytes.Equal(line, wants[i]) {
+			return fmt.Errorf("the sidecar sent\n%s\nwant (%s)\n%s", line, s.request, wants[i])
+		}
+		for _, reply := range s.replies {
+			if _, err := c.Write(reply); err != nil {
+				return err
 			}
-		}()
+		}
+	}
+	return nil
+}
+
+// remoteConn is a connection whose peer is peer (all OriginalDst reads of it).
+type remoteConn struct {
+	net.Conn
+	peer net.Addr
+}
+
+func (c remoteConn) RemoteAddr() net.Addr { return c.peer }
+
+// TestNodeAgentWire plays node's golden conversation against the sidecar's Enforcer of the
+// node agent: the sidecar's kernel spec and its operations become the golden requests byte
+// for byte, and the golden replies come back as the sidecar's types (kernel metrics, audit
+// events).
+func TestNodeAgentWire(t *testing.T) {
+	ok := func(id int) []byte { return []byte(fmt.Sprintf("{\"id\":%d}\n", id)) }
+	name, done := replayAgent(t, []wireStep{
+		{request: "request-hello.json", replies: [][]byte{readWire(t, "reply-welcome.json")}},
+		{request: "request-allow.json", replies: [][]byte{readWire(t, "reply-ok.json")}},
+		{request: "request-revoke.json", replies: [][]byte{ok(3)}},
+		{request: "request-cidrs.json", replies: [][]byte{ok(4)}},
+		{request: "request-report.json", replies: [][]byte{ok(5)}},
+		{request: "request-counters.json", replies: [][]byte{readWire(t, "reply-deny.json"), readWire(t, "reply-counters.json")}},
+		{request: "request-origdst.json", replies: [][]byte{readWire(t, "reply-origdst.json")}},
+	})
+	denies := make(chan audit.Event, 1)
+	reg := prometheus.NewRegistry()
+	spec := KernelSpec{
+		Listeners: []KernelListener{
+			{Addr: netip.MustParseAddrPort("127.0.0.1:3128"), Kind: ListenerProxy},
+			{Addr: netip.MustParseAddrPort("127.0.0.1:3129"), Kind: ListenerTransparent},
+			{Addr: netip.MustParseAddrPort("127.0.0.1:53"), UDP: true, Kind: ListenerDNS},
+			{Addr: netip.MustParseAddrPort("[::1]:8080"), Kind: ListenerLLM},
+		},
+		CIDRs: []policy.CIDRRule{
+			{Prefix: netip.MustParsePrefix("198.18.1.0/24"), Ports: []uint16{5432}},
+			{Prefix: netip.MustParsePrefix("2001:db8::/48"), Raw: true},
+		},
+		RequirePacketGuard: true,
+		Transparent:        &KernelTransparent{Addr4: netip.MustParseAddrPort("127.0.0.1:3129"), Ports: []uint16{80, 443}},
+		OnDeny:             func(e audit.Event) { denies <- e },
+		Logger:             quietLogger(),
+		Registerer:         reg,
+		Sandbox:            "ns.pod",
+	}
+	enf, err := AttachNodeAgent(name, 5*time.Second)(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enf.Close()
+	until := time.Date(2026, 11, 23, 12, 0, 0, 123456789, time.UTC)
+	steps := []func() error{
+		func() error { return enf.Allow(netip.MustParseAddr("198.18.0.10"), []uint16{80, 443}, until) },
+		func() error { return enf.Revoke(netip.MustParseAddr("2001:db8::10"), []uint16{443}) },
+		func() error {
+			return enf.SetCIDRs([]policy.CIDRRule{{Prefix: netip.MustParsePrefix("198.18.2.0/24"), Ports: []uint16{22, 443}},
+				{Prefix: netip.MustParsePrefix("198.18.3.0/24")}})
+		},
+		func() error { return enf.SetReport(true) },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i+2, err)
+		}
+	}
+	checkKernelMetrics(t, reg) // the kernel metrics come from the agent at scrape time
+	select {                   // the deny event came before the counters' reply, on the same stream
+	case ev := <-denies:
+		if ev.Destination != "198.18.0.20:80" || ev.Decision != audit.DecisionReport || ev.Reason != "kernel_not_allowed" {
+			t.Errorf("deny event %+v, want a report-mode kernel denial of 198.18.0.20:80", ev)
+		}
+	default:
+		t.Error("the golden deny event did not reach the audit log before the counters")
+	}
+	peer := remoteConn{peer: &net.TCPAddr{IP: net.IP{127, 0, 0, 1}, Port: 40000}}
+	dst, err := enf.OriginalDst(peer)
+	if err != nil || dst != netip.MustParseAddrPort("198.18.0.20:443") {
+		t.Errorf("original destination %v, %v, want 198.18.0.20:443", dst, err)
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
 
-func (f *fakeAgent) next(t *testing.T) nodeproto.Request {
+// checkKernelMetrics scrapes reg once and compares the kernel metrics with the golden
+// counters' reply.
+func checkKernelMetrics(t *testing.T, reg *prometheus.Registry) {
 	t.Helper()
-	select {
-	case r := <-f.reqs:
-		return r
-	case <-time.After(10 * time.Second):
-		t.Fatal("the fake agent got no request")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nodeproto.Request{}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	want := map[string]float64{
+		"airlock_kernel_egress_bytes_total":     1 << 40,
+		"airlock_kernel_egress_packets_total":   70000,
+		"airlock_kernel_connections_total":      12,
+		"airlock_kernel_denies_total":           3,
+		"airlock_kernel_deny_events_lost_total": 1,
+	}
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("%s %v, want %v (from the agent's counters)", name, got[name], v)
+		}
+	}
 }
 
 func quietLogger() *logrus.Logger {
@@ -96,91 +208,24 @@ func quietLogger() *logrus.Logger {
 	return l
 }
 
-func TestNodeAgentClientRedialsWithItsCurrentTables(t *testing.T) {
-	f, name := startFakeAgent(t, "")
-	denies := make(chan audit.Event, 4)
-	reg := prometheus.NewRegistry()
-	spec := KernelSpec{
-		Sandbox:    "ns.pod",
-		Listeners:  []KernelListener{{Addr: netip.MustParseAddrPort("127.0.0.1:3128"), Kind: ListenerProxy}},
-		OnDeny:     func(e audit.Event) { denies <- e },
-		Logger:     quietLogger(),
-		Registerer: reg,
-	}
-	enf, err := AttachNodeAgent(name, 5*time.Second)(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enf.Close()
-	if h := f.next(t); h.Op != nodeproto.OpHello || h.Hello.Version != nodeproto.Version || len(h.Hello.Listeners) != 1 || h.Hello.Listeners[0].Addr != "127.0.0.1:3128" {
-		t.Fatalf("first request %+v, want a version %d hello with the proxy listener", h, nodeproto.Version)
-	}
-	rules := []policy.CIDRRule{{Prefix: netip.MustParsePrefix("198.18.1.0/24"), Ports: []uint16{5432}}}
-	if err := enf.SetCIDRs(rules); err != nil {
-		t.Fatal(err)
-	}
-	f.next(t)
-	if err := enf.SetReport(true); err != nil {
-		t.Fatal(err)
-	}
-	f.next(t)
-	mfs, err := reg.Gather() // the kernel metrics come from the agent at scrape time
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied := -1.0
-	for _, mf := range mfs {
-		if mf.GetName() == "airlock_kernel_denies_total" {
-			denied = mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	if denied != 3 {
-		t.Errorf("airlock_kernel_denies_total %v, want 3 (from the agent's counters)", denied)
-	}
-	f.next(t)
-	select {
-	case ev := <-denies:
-		if ev.Destination != "198.18.0.20:80" || ev.Decision != audit.DecisionDeny {
-			t.Errorf("deny event %+v", ev)
-		}
-	case <-time.After(5 * time.Second):
-		t.Error("the agent's deny event did not reach the audit log")
-	}
-
-	(<-f.conns).Close() // the agent restarts
-	h := f.next(t)      // the redial's hello
-	if h.Op != nodeproto.OpHello || !h.Hello.Report || len(h.Hello.CIDRs) != 1 || h.Hello.CIDRs[0].Prefix != "198.18.1.0/24" {
-		t.Errorf("hello after the redial %+v, want report mode and the CIDR set since the start", h.Hello)
-	}
-	// Until the client has read the welcome, calls fail (fail closed); then they succeed.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := enf.Allow(netip.MustParseAddr("198.18.0.10"), []uint16{80}, time.Now().Add(time.Minute))
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrNodeAgent) || time.Now().After(deadline) {
-			t.Fatalf("allow after the redial: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if r := f.next(t); r.Op != nodeproto.OpAllow || r.Addr != "198.18.0.10" {
-		t.Errorf("request %+v, want the allow", r)
-	}
-}
-
-func TestNodeAgentClientFailsClosed(t *testing.T) {
+func TestNodeAgentFailsClosed(t *testing.T) {
 	t.Run("refused hello", func(t *testing.T) {
-		_, name := startFakeAgent(t, nodeproto.ErrVersion.Error())
+		refusal := []byte(`{"id":1,"error":"protocol version mismatch: the agent speaks version 2, the sidecar 1"}` + "\n")
+		// The hello of an empty spec is the golden minimal hello (as the first request).
+		hello := bytes.Replace(readWire(t, "request-hello-minimal.json"), []byte(`{"id":8,`), []byte(`{"id":1,`), 1)
+		name, done := replayAgent(t, []wireStep{{request: "request-hello-minimal.json", replies: [][]byte{refusal}, want: hello}})
 		_, err := AttachNodeAgent(name, 0)(KernelSpec{Logger: quietLogger()})
 		if !errors.Is(err, ErrKernelUnavailable) || !strings.Contains(err.Error(), "version mismatch") {
 			t.Errorf("got %v, want kernel enforcement unavailable (version mismatch)", err)
 		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	})
 	t.Run("no agent", func(t *testing.T) {
 		_, err := AttachNodeAgent("@airlock-sidecar-test-nobody", 0)(KernelSpec{Logger: quietLogger()})
-		if !errors.Is(err, ErrKernelUnavailable) {
-			t.Errorf("got %v, want kernel enforcement unavailable", err)
+		if !errors.Is(err, ErrKernelUnavailable) || !strings.Contains(err.Error(), "DaemonSet") {
+			t.Errorf("got %v, want kernel enforcement unavailable, naming the DaemonSet", err)
 		}
 	})
 }

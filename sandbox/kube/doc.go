@@ -8,7 +8,7 @@
 // (CertReloader), the sandbox pods and their policy ConfigMaps, and the node agent's watch of
 // its node's labelled pods (WatchNodePods). It does not enforce anything itself: the
 // injected, unprivileged sidecar (airlock run --node-agent) and the node agent (airlock node,
-// internal/nodeagent) do. It imports policy (to validate a policy before it goes into a
+// internal/node) do. It imports policy (to validate a policy before it goes into a
 // ConfigMap, and the resolver address) and the Kubernetes client libraries, which live only
 // here. cmd/airlock wires it to the "webhook", "sandbox create|list|delete --backend
 // kubernetes" and "node" commands; nothing else imports it.

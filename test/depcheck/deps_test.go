@@ -74,9 +74,9 @@ var ours = map[string]may{
 		"audit":            "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
 	},
 	"cmd/airlock-kube": {
-		"internal/cli":       "the command table, flag sets and exit codes both mains share",
-		"sandbox/kube":       "airlock-kube sandbox (the Kubernetes backend), webhook, and the pod watch of node",
-		"internal/nodeagent": "airlock-kube node: flags only; the agent is internal/nodeagent, fed by sandbox/kube's pod watch",
+		"internal/cli":  "the command table, flag sets and exit codes both mains share",
+		"sandbox/kube":  "airlock-kube sandbox (the Kubernetes backend), webhook, and the pod watch of node",
+		"internal/node": "airlock-kube node: flags only; the agent is internal/node, fed by sandbox/kube's pod watch",
 	},
 	"internal/cli": {},
 	"internal/sidecar": {
@@ -84,8 +84,8 @@ var ours = map[string]may{
 		"ebpf": "the in-process eBPF enforcer is its first kernel Enforcer", "credentials": "wires the credential broker",
 		"credentials/vault": "wires the Vault source", "egress": "builds the one dial guard the proxy and the model API share",
 		"audit": "builds the audit logger once", "policy": "owns the policy store and its reloads",
-		"internal/trust":     "writes --ca-bundle-out",
-		"internal/nodeproto": "--node-agent: the sidecar's client of the node agent's protocol",
+		"internal/trust": "writes --ca-bundle-out",
+		"internal/node":  "--node-agent: AttachNodeAgent adapts node.Client (the node agent's client) to the sidecar's Enforcer",
 	},
 	"proxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
 		"proxy/internal/xconnect": "turns on HTTP/2 extended CONNECT (WebSocket over HTTP/2) before net/http initialises"},
@@ -99,21 +99,19 @@ var ours = map[string]may{
 	"egress":             {"policy": "the one address classifier and the reason catalogue"},
 	"sandbox": {"policy": "checks the policy it starts a sidecar with",
 		"internal/trust": "builds the sandbox's CA bundle"},
-	"sandbox/kube": {"policy": "checks the policy of the pods it creates", "sandbox": "shares the manager's types"},
-	"learn":        {"policy": "writes and decides candidate policies", "audit": "reads audit trails"},
-	"internal/nodeagent": {"ebpf": "attaches and pins the programs on each pod's cgroup",
-		"internal/nodeproto": "serves the sidecar's protocol"},
-	"internal/nodeproto": {},
-	"ebpf":               {},
-	"internal/trust":     {},
-	"policy":             {},
-	"audit":              {},
+	"sandbox/kube":   {"policy": "checks the policy of the pods it creates", "sandbox": "shares the manager's types"},
+	"learn":          {"policy": "writes and decides candidate policies", "audit": "reads audit trails"},
+	"internal/node":  {"ebpf": "the agent attaches and pins the programs on each pod's cgroup (the protocol and the client use none of ours)"},
+	"ebpf":           {},
+	"internal/trust": {},
+	"policy":         {},
+	"audit":          {},
 }
 
 // support are test and tooling packages: heavy-dependency rules apply to them, the diagram
 // does not.
 var support = []string{
-	"tools/bench", "test/e2e", "tools/demo", "test/depcheck", "test/fakellm", "test/privtest",
+	"tools/bench", "test/e2e", "tools/demo", "tools/docgen", "test/depcheck", "test/fakellm", "test/privtest",
 	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest",
 	"test/kubecluster", "test/kubecluster/buildcluster", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
 	"internal/imagebuild", "internal/imagebuild/airlockimage",

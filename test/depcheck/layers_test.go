@@ -21,7 +21,7 @@ var layers = [][]string{
 	// The data plane, and what reads the contract's records.
 	{"proxy", "dnsfilter", "llmproxy", "credentials/vault", "learn"},
 	// The node agent, its protocol and the sidecar's client.
-	{"internal/node", "internal/nodeagent", "internal/nodeproto"},
+	{"internal/node"},
 	// Composition: one running sidecar.
 	{"internal/sidecar"},
 	// Lifecycle: the manager starts sidecars (as processes) and sandboxes.

@@ -53,6 +53,7 @@ type config struct {
 	dns          bool          // also run the DNS section (dns.go)
 	sandboxOnly  bool          // run only the sandbox section (sandbox.go)
 	sandboxRuns  int           // cycles of each sandbox measurement
+	sandboxRT    string        // --runtime of the sandboxes
 	tls          bool          // run the HTTPS section (tls.go)
 	tlsOnly      bool          // run only the HTTPS section
 	tlsConns     int           // concurrent tunnels or connections in the HTTPS section
@@ -87,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "a response slower than this counts as an error")
 	fs.StringVar(&only, "only", strings.Join(allTargets(), ","), "comma-separated `targets` to run")
 	fs.BoolVar(&c.sandboxOnly, "sandbox-only", false, "run only the local sandbox create/exec/delete section")
+	fs.StringVar(&c.sandboxRT, "sandbox-runtime", "runc", "OCI runtime of the measured sandboxes: runc | crun | PATH")
 	fs.IntVar(&c.sandboxRuns, "sandbox-cycles", 10, "cycles of each local sandbox measurement (create/exec/delete, exec --ephemeral)")
 	fs.StringVar(&c.airlockBin, "airlock-bin", "", "use this airlock `binary` instead of building ./cmd/airlock")
 	fs.StringVar(&c.loadgen, "loadgen", "wrk", "load generator: wrk, or go (built-in fallback; figures not comparable with wrk's)")

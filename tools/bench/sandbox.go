@@ -72,10 +72,10 @@ func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 		return d, nil
 	}
 	create := []string{"--profile", "offline", "--state-dir", stateDir, "--subnet", "198.19.200.0/24",
-		"--cgroup-parent", cgParent, "--upstream-dns", "127.0.0.1:1"}
+		"--cgroup-parent", cgParent, "--upstream-dns", "127.0.0.1:1", "--runtime", e.cfg.sandboxRT}
 	var r sandboxReport
 	cycles := max(e.cfg.sandboxRuns, 1)
-	e.progress("sandbox: %d cold create/exec/delete cycles, %d exec --ephemeral", cycles, cycles)
+	e.progress("sandbox (%s): %d cold create/exec/delete cycles, %d exec --ephemeral", e.cfg.sandboxRT, cycles, cycles)
 	for i := range cycles {
 		name := fmt.Sprintf("bench%d", i)
 		d, err := airlock(append([]string{"create", name}, create...)...)

@@ -133,7 +133,7 @@ func (e *env) apply(ctx context.Context, t *testing.T, manifest string) {
 	}
 }
 
-// install does what README "Kubernetes" tells a platform team: the webhook's serving
+// install does what docs/kubernetes.md tells a platform team: the webhook's serving
 // certificate as a TLS Secret, kubectl apply -k with an overlay of deploy/ that sets the
 // cluster's DNS address, the caBundle, and waiting for the rollout.
 func (e *env) install(ctx context.Context, t *testing.T) {

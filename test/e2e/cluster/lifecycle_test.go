@@ -157,7 +157,7 @@ func (e *env) managerKubeconfig(t *testing.T) string {
 
 // checkExamplePod has the API server admit deploy/sandbox-pod.yaml again (server-side dry
 // run, under another name: the example was created, gated, before the webhook answered, and
-// its image is never pulled here), as README's step 3 does: the webhook injects it and lifts
+// its image is never pulled here), as docs/kubernetes.md's step 3 does: the webhook injects it and lifts
 // its scheduling gate.
 func (e *env) checkExamplePod(ctx context.Context, t *testing.T, deploy string) {
 	data, err := os.ReadFile(filepath.Join(deploy, "sandbox-pod.yaml"))

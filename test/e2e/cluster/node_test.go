@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/node"
 	"github.com/airlock-dev/airlock/test/kubecluster"
-	"github.com/airlock-dev/airlock/internal/nodeagent"
-	"github.com/airlock-dev/airlock/internal/nodeproto"
 	"github.com/airlock-dev/airlock/test/testnet"
 )
 
@@ -255,7 +254,7 @@ func (e *env) checkNodeEnforced(ctx context.Context, t *testing.T) {
 }
 
 func (e *env) checkAgentRefusesApp(ctx context.Context, t *testing.T) {
-	if out := e.probe(ctx, t, naNS, naPod, "agent", nodeproto.SocketName); !strings.HasPrefix(out, "agent=refused") || !strings.Contains(out, "not the pod's sidecar") {
+	if out := e.probe(ctx, t, naNS, naPod, "agent", node.SocketName); !strings.HasPrefix(out, "agent=refused") || !strings.Contains(out, "not the pod's sidecar") {
 		t.Errorf("app container talking to the node agent: %s, want agent=refused (not the pod's sidecar)", out)
 	}
 	if out := e.probe(ctx, t, naNS, naPod, "dial", deniedIP+":80"); out != "dial=EPERM" {
@@ -287,11 +286,11 @@ func (e *env) sidecarPIDs(t *testing.T, p fullPod) []int {
 // containerPIDs finds the processes of a pod's container on the node, by its cgroup.
 func (e *env) containerPIDs(t *testing.T, uid, containerID string) []int {
 	t.Helper()
-	root, err := nodeagent.V2Root("/sys/fs/cgroup")
+	root, err := node.V2Root("/sys/fs/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := nodeagent.FindCgroups(filepath.Join(root, e.c.CgroupRoot), uid, containerID)
+	cg, err := node.FindCgroups(filepath.Join(root, e.c.CgroupRoot), uid, containerID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package nodeproto
+package node
 
 import (
 	"bytes"

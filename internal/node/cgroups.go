@@ -1,7 +1,6 @@
-package nodeagent
+package node
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +43,8 @@ func V2Root(dir string) (string, error) {
 //	systemd:  kubepods.slice[/kubepods-QOS.slice]/kubepods[-QOS]-pod<UID_>.slice/<rt>-<ID>.scope
 //
 // (UID_ is the UID with '-' written as '_'; rt is cri-containerd, crio or docker). The pod's
-// directory is searched breadth first, at most maxSearchDepth levels down.
+// directory is searched breadth first, at most maxSearchDepth levels down. An error wrapping
+// os.ErrNotExist means a cgroup is not (yet, or any longer) there.
 func FindCgroups(root, uid, containerID string) (Cgroups, error) {
 	if uid == "" || containerID == "" || strings.ContainsAny(uid+containerID, "/.") {
 		return Cgroups{}, fmt.Errorf("find pod cgroup: invalid pod UID %q or container ID %q", uid, containerID)
@@ -116,6 +116,3 @@ func findPodDir(root, uid string) (string, error) {
 	}
 	return "", fmt.Errorf("find pod cgroup: no cgroup of pod %s under %s: %w", uid, root, os.ErrNotExist)
 }
-
-// IsNotFound reports whether err says a cgroup is not (yet, or any longer) there.
-func IsNotFound(err error) bool { return errors.Is(err, os.ErrNotExist) }

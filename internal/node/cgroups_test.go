@@ -1,6 +1,7 @@
-package nodeagent
+package node
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -70,7 +71,7 @@ func TestFindCgroups(t *testing.T) {
 			mkdirs(t, root, tc.dirs...)
 			got, err := FindCgroups(root, uid, side)
 			if tc.notFound {
-				if !IsNotFound(err) {
+				if !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("got %+v, %v; want a not-found error", got, err)
 				}
 				return
@@ -89,7 +90,7 @@ func TestFindCgroups(t *testing.T) {
 func TestFindCgroupsRefusesPathTricks(t *testing.T) {
 	root := t.TempDir()
 	for _, tc := range []struct{ uid, id string }{{"", "x"}, {"u", ""}, {"../u", "x"}, {"u", "../x"}, {"u", "a/b"}} {
-		if _, err := FindCgroups(root, tc.uid, tc.id); err == nil || IsNotFound(err) {
+		if _, err := FindCgroups(root, tc.uid, tc.id); err == nil || errors.Is(err, os.ErrNotExist) {
 			t.Errorf("FindCgroups(%q, %q): %v, want an invalid-argument error", tc.uid, tc.id, err)
 		}
 	}

@@ -1,10 +1,9 @@
-package nodeagent
+package node
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -12,17 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-dev/airlock/audit"
-	"github.com/airlock-dev/airlock/internal/nodeproto"
-	"github.com/airlock-dev/airlock/internal/sidecar"
 )
 
 // envHelper makes the test binary play a pod's container (TestMain): "sidecar" attaches
-// through the node agent with the sidecar's real client, "app" is an app container. Both
+// through the node agent with the sidecar's client (Client), "app" is an app container. Both
 // then run commands from stdin, one answer line each ("R ..."); the sidecar also prints
 // the kernel's deny events it receives ("D DEST").
 const (
@@ -63,13 +57,10 @@ const transparentPort = 8080
 func runSidecarHelper(sock string, transparent bool) {
 	go printer()
 	out <- "R started"
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	spec := sidecar.KernelSpec{
-		Sandbox:   "ignored",
-		Listeners: []sidecar.KernelListener{{Addr: netip.MustParseAddrPort("127.0.0.1:3128"), Kind: sidecar.ListenerProxy}},
-		OnDeny:    func(ev audit.Event) { out <- "D " + ev.Destination },
-		Logger:    log,
+	cfg := ClientConfig{
+		SocketName: sock,
+		Hello:      Hello{Listeners: []Listener{{Addr: "127.0.0.1:3128", Kind: "proxy"}}},
+		OnDeny:     func(d DenyEvent) { out <- "D " + d.Dest },
 	}
 	var ln net.Listener
 	if transparent {
@@ -78,42 +69,42 @@ func runSidecarHelper(sock string, transparent bool) {
 			out <- "R ERR " + err.Error()
 			return
 		}
-		spec.Transparent = &sidecar.KernelTransparent{Addr4: transparentAddr, Ports: []uint16{transparentPort}}
-		spec.Listeners = append(spec.Listeners, sidecar.KernelListener{Addr: transparentAddr, Kind: sidecar.ListenerTransparent})
+		cfg.Hello.Transparent = &Transparent{Addr4: transparentAddr.String(), Ports: []uint16{transparentPort}}
+		cfg.Hello.Listeners = append(cfg.Hello.Listeners, Listener{Addr: transparentAddr.String(), Kind: "transparent"})
 	}
-	enf, err := sidecar.AttachNodeAgent(sock, 20*time.Second)(spec)
+	c, err := Dial(cfg, 20*time.Second)
 	if err != nil {
 		out <- "R ERR " + strings.ReplaceAll(err.Error(), "\n", " ")
 		time.Sleep(100 * time.Millisecond)
 		return
 	}
 	if ln != nil {
-		go serveTransparent(ln, enf)
+		go serveTransparent(ln, c)
 	}
 	out <- "R attached"
-	runCommands(enf, sock)
+	runCommands(c, sock)
 }
 
 // serveTransparent reports the original destination of every redirected connection ("O").
-func serveTransparent(ln net.Listener, enf sidecar.Enforcer) {
+func serveTransparent(ln net.Listener, c *Client) {
 	for {
-		c, err := ln.Accept()
+		conn, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		dst, err := enf.OriginalDst(c)
+		dst, err := c.OriginalDst(conn.RemoteAddr().(*net.TCPAddr).AddrPort())
 		if err != nil {
 			out <- "O ERR " + err.Error()
 		} else {
 			out <- "O " + dst.String()
 		}
-		c.Close()
+		conn.Close()
 	}
 }
 
 // runCommands answers: "dial ADDR" (a TCP connect), "agent" (talk to the agent's socket as
 // a sidecar would), and with an enforcer "allow IP" and "counters".
-func runCommands(enf sidecar.Enforcer, sock string) {
+func runCommands(enf *Client, sock string) {
 	if enf == nil {
 		go printer()
 		out <- "R started"
@@ -132,7 +123,7 @@ func runCommands(enf sidecar.Enforcer, sock string) {
 	}
 }
 
-func command(enf sidecar.Enforcer, sock, cmd, arg string) string {
+func command(enf *Client, sock, cmd, arg string) string {
 	switch cmd {
 	case "dial":
 		c, err := net.DialTimeout("tcp", arg, 3*time.Second)
@@ -175,10 +166,10 @@ func talkToAgent(sock string) string {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	pc := nodeproto.NewConn(c)
-	hello := nodeproto.Hello{Version: nodeproto.Version, Listeners: []nodeproto.Listener{{Addr: "198.18.0.20:80", Kind: "proxy"}}}
-	_ = pc.Write(nodeproto.Request{ID: 1, Op: nodeproto.OpHello, Hello: &hello})
-	var r nodeproto.Reply
+	pc := NewConn(c)
+	hello := Hello{Version: ProtocolVersion, Listeners: []Listener{{Addr: "198.18.0.20:80", Kind: "proxy"}}}
+	_ = pc.Write(Request{ID: 1, Op: OpHello, Hello: &hello})
+	var r Reply
 	if err := pc.Read(&r); err != nil {
 		return "ERR read " + err.Error()
 	}

@@ -1,14 +1,4 @@
-// Package nodeproto is the versioned protocol between an injected sidecar and the node agent
-// (`airlock node`) that holds the kernel enforcement of the sidecar's pod: the messages, their
-// framing and the abstract unix socket the agent binds inside the pod's network namespace.
-// It owns no behaviour: the agent (internal/nodeagent) serves it, the sidecar
-// (internal/sidecar) calls it. It imports nothing of ours.
-//
-// Framing: one JSON object per line over a SOCK_STREAM unix socket, at most MaxMessage bytes.
-// The sidecar sends Requests, each with a fresh ID; the agent answers each with a Reply of the
-// same ID, in any order, and sends Replies with ID 0 and a Deny on its own (kernel deny
-// events). The first request is always OpHello; its Version must equal the agent's.
-package nodeproto
+package node
 
 import (
 	"bufio"
@@ -20,10 +10,21 @@ import (
 	"time"
 )
 
-// Version is the protocol version this build speaks. An agent refuses a hello of another
-// version (with ErrVersion's text), so a sidecar and an agent of incompatible builds fail
-// closed instead of misreading each other.
-const Version = 1
+// The protocol between an injected sidecar and the node agent: the messages, their framing
+// and the abstract unix socket the agent binds inside the pod's network namespace. Their
+// bytes on the wire are held by testdata/wire (TestWireGolden): a new agent serves the
+// sidecars an older webhook injected.
+//
+// Framing: one JSON object per line over a SOCK_STREAM unix socket, at most MaxMessage bytes.
+// The sidecar sends Requests, each with a fresh ID; the agent answers each with a Reply of the
+// same ID, in any order, and sends Replies with ID 0 and a Deny on its own (kernel deny
+// events). The first request is always OpHello; its Version must equal the agent's
+// ProtocolVersion.
+
+// ProtocolVersion is the protocol version this build speaks. An agent refuses a hello of
+// another version (with ErrVersion's text), so a sidecar and an agent of incompatible builds
+// fail closed instead of misreading each other.
+const ProtocolVersion = 1
 
 // SocketName is the abstract unix socket (no file: a name in the network namespace) the
 // agent binds in every enforced pod's network namespace. The leading '@' is Go's spelling of
@@ -116,7 +117,8 @@ type Welcome struct {
 	PacketGuardError string `json:"packet_guard_error,omitempty"`
 }
 
-// Counters are the pod's kernel counters.
+// Counters are the pod's kernel counters. The fields have no JSON tags, so their Go names
+// are on the wire ("Bytes", ...): renaming one changes the protocol.
 type Counters struct {
 	Bytes, Packets, Connections, Denies, EventsLost uint64
 }

@@ -1,4 +1,4 @@
-package nodeagent
+package node
 
 import (
 	"errors"
@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-dev/airlock/ebpf"
-	"github.com/airlock-dev/airlock/internal/nodeproto"
 )
 
 // Pod is what the agent needs to know of a labelled pod on its node.
@@ -25,13 +24,13 @@ type Pod struct {
 // no dots, so it is unambiguous).
 func (p Pod) Sandbox() string { return p.Namespace + "." + p.Name }
 
-// Config configures an Agent.
-type Config struct {
+// AgentConfig configures an Agent.
+type AgentConfig struct {
 	// CgroupRoot is the root of the node's cgroup v2 hierarchy (see V2Root). Required.
 	CgroupRoot string
 	// PinRoot is the bpffs directory the pods' pins go in. Empty means ebpf.DefaultPinRoot.
 	PinRoot string
-	// SocketName is the abstract socket bound in each pod. Empty means nodeproto.SocketName.
+	// SocketName is the abstract socket bound in each pod. Empty means SocketName.
 	SocketName string
 	// Logger gets the operational logs. Nil discards them.
 	Logger *logrus.Logger
@@ -39,7 +38,7 @@ type Config struct {
 
 // Agent enforces for the labelled pods of one node. Its methods are safe for concurrent use.
 type Agent struct {
-	cfg Config
+	cfg AgentConfig
 	log *logrus.Logger
 
 	// mu guards pods (by Pod.Sandbox()) and closed.
@@ -49,15 +48,15 @@ type Agent struct {
 }
 
 // New returns an agent; it opens nothing.
-func New(cfg Config) (*Agent, error) {
+func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.CgroupRoot == "" {
-		return nil, errors.New("nodeagent: CgroupRoot is required")
+		return nil, errors.New("node agent: CgroupRoot is required")
 	}
 	if cfg.PinRoot == "" {
 		cfg.PinRoot = ebpf.DefaultPinRoot
 	}
 	if cfg.SocketName == "" {
-		cfg.SocketName = nodeproto.SocketName
+		cfg.SocketName = SocketName
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -103,7 +102,7 @@ func (a *Agent) Upsert(p Pod) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return errors.New("nodeagent: closed")
+		return errors.New("node agent: closed")
 	}
 	st := a.pods[p.Sandbox()]
 	if st != nil && st.pod.UID != p.UID {

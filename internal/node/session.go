@@ -1,4 +1,4 @@
-package nodeagent
+package node
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/ebpf"
-	"github.com/airlock-dev/airlock/internal/nodeproto"
 )
 
 // helloTimeout bounds the wait for an accepted sidecar's hello.
@@ -18,7 +17,7 @@ const helloTimeout = 10 * time.Second
 type session struct {
 	st *podState
 	c  net.Conn
-	pc *nodeproto.Conn
+	pc *Conn
 
 	// wmu serialises writes (replies and deny events).
 	wmu sync.Mutex
@@ -27,13 +26,13 @@ type session struct {
 }
 
 func newSession(st *podState, c net.Conn) *session {
-	return &session{st: st, c: c, pc: nodeproto.NewConn(c)}
+	return &session{st: st, c: c, pc: NewConn(c)}
 }
 
 func (s *session) close() { s.closeOnce.Do(func() { s.c.Close() }) }
 
 // send writes one message; a failed write ends the session.
-func (s *session) send(r nodeproto.Reply) {
+func (s *session) send(r Reply) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_ = s.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -47,30 +46,30 @@ func (s *session) serve() {
 	defer s.close()
 	log := s.st.logger()
 	_ = s.c.SetReadDeadline(time.Now().Add(helloTimeout))
-	var req nodeproto.Request
+	var req Request
 	if err := s.pc.Read(&req); err != nil {
 		log.WithError(err).Warn("sidecar session: no hello")
 		return
 	}
 	_ = s.c.SetReadDeadline(time.Time{})
-	if req.Op != nodeproto.OpHello || req.Hello == nil {
-		s.send(nodeproto.Reply{ID: req.ID, Error: "the first request must be a hello"})
+	if req.Op != OpHello || req.Hello == nil {
+		s.send(Reply{ID: req.ID, Error: "the first request must be a hello"})
 		return
 	}
-	if req.Hello.Version != nodeproto.Version {
-		s.send(nodeproto.Reply{ID: req.ID, Error: fmt.Sprintf("%v: the agent speaks version %d, the sidecar %d", nodeproto.ErrVersion, nodeproto.Version, req.Hello.Version)})
+	if req.Hello.Version != ProtocolVersion {
+		s.send(Reply{ID: req.ID, Error: fmt.Sprintf("%v: the agent speaks version %d, the sidecar %d", ErrVersion, ProtocolVersion, req.Hello.Version)})
 		return
 	}
 	w, err := s.st.attach(req.Hello)
 	if err != nil {
 		log.WithError(err).Error("attach kernel enforcement to the pod")
-		s.send(nodeproto.Reply{ID: req.ID, Error: "attach kernel enforcement: " + err.Error()})
+		s.send(Reply{ID: req.ID, Error: "attach kernel enforcement: " + err.Error()})
 		return
 	}
 	log.WithField("adopted", w.Adopted).Info("kernel enforcement attached for the pod's sidecar")
-	s.send(nodeproto.Reply{ID: req.ID, Welcome: w})
+	s.send(Reply{ID: req.ID, Welcome: w})
 	for {
-		var req nodeproto.Request
+		var req Request
 		if err := s.pc.Read(&req); err != nil {
 			return
 		}
@@ -79,42 +78,42 @@ func (s *session) serve() {
 }
 
 // handle answers one request after the hello.
-func (s *session) handle(req nodeproto.Request) nodeproto.Reply {
+func (s *session) handle(req Request) Reply {
 	enf := s.st.enforcer()
 	if enf == nil {
-		return nodeproto.Reply{ID: req.ID, Error: "no enforcement attached"}
+		return Reply{ID: req.ID, Error: "no enforcement attached"}
 	}
 	var err error
-	out := nodeproto.Reply{ID: req.ID}
+	out := Reply{ID: req.ID}
 	switch req.Op {
-	case nodeproto.OpAllow, nodeproto.OpRevoke:
+	case OpAllow, OpRevoke:
 		var addr netip.Addr
 		if addr, err = netip.ParseAddr(req.Addr); err != nil {
 			break
 		}
-		if req.Op == nodeproto.OpAllow {
+		if req.Op == OpAllow {
 			err = enf.Allow(addr, req.Ports, req.Until)
 		} else {
 			err = enf.Revoke(addr, req.Ports)
 		}
-	case nodeproto.OpCIDRs:
+	case OpCIDRs:
 		var rules []ebpf.CIDRRule
 		if rules, err = ebpfCIDRs(req.CIDRs); err == nil {
 			err = enf.SetCIDRs(rules)
 		}
-	case nodeproto.OpReport:
+	case OpReport:
 		err = enf.SetReport(req.Report)
-	case nodeproto.OpOrigDst:
+	case OpOrigDst:
 		var peer, dst netip.AddrPort
 		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {
 			if dst, err = enf.OriginalDstOf(peer); err == nil {
 				out.OrigDst = dst.String()
 			}
 		}
-	case nodeproto.OpCounters:
+	case OpCounters:
 		var c ebpf.Counters
 		if c, err = enf.Counters(); err == nil {
-			out.Counters = &nodeproto.Counters{Bytes: c.Bytes, Packets: c.Packets, Connections: c.Connections, Denies: c.Denies, EventsLost: c.EventsLost}
+			out.Counters = &Counters{Bytes: c.Bytes, Packets: c.Packets, Connections: c.Connections, Denies: c.Denies, EventsLost: c.EventsLost}
 		}
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)
@@ -127,7 +126,7 @@ func (s *session) handle(req nodeproto.Request) nodeproto.Reply {
 
 // ebpfConfig translates a hello into the enforcer's configuration (without the pod's
 // cgroups and names, which the agent decides).
-func ebpfConfig(h *nodeproto.Hello) (ebpf.Config, error) {
+func ebpfConfig(h *Hello) (ebpf.Config, error) {
 	cfg := ebpf.Config{Report: h.Report, RequireAll: h.RequirePacketGuard}
 	kinds := map[string]ebpf.ListenerKind{"proxy": ebpf.ListenerProxy, "transparent": ebpf.ListenerTransparent,
 		"dns": ebpf.ListenerDNS, "llm": ebpf.ListenerLLM}
@@ -158,7 +157,7 @@ func ebpfConfig(h *nodeproto.Hello) (ebpf.Config, error) {
 	return cfg, err
 }
 
-func ebpfCIDRs(in []nodeproto.CIDR) ([]ebpf.CIDRRule, error) {
+func ebpfCIDRs(in []CIDR) ([]ebpf.CIDRRule, error) {
 	out := make([]ebpf.CIDRRule, 0, len(in))
 	for _, c := range in {
 		p, err := netip.ParsePrefix(c.Prefix)
@@ -171,8 +170,8 @@ func ebpfCIDRs(in []nodeproto.CIDR) ([]ebpf.CIDRRule, error) {
 }
 
 // denyEvent translates a kernel deny event for the protocol.
-func denyEvent(ev ebpf.DenyEvent) *nodeproto.DenyEvent {
-	out := &nodeproto.DenyEvent{Time: ev.Time, Hook: string(ev.Hook), Reason: string(ev.Reason), PID: ev.PID,
+func denyEvent(ev ebpf.DenyEvent) *DenyEvent {
+	out := &DenyEvent{Time: ev.Time, Hook: string(ev.Hook), Reason: string(ev.Reason), PID: ev.PID,
 		UID: ev.UID, Comm: ev.Comm, Proto: ev.Proto, Report: ev.Report, Suppressed: ev.Suppressed}
 	if ev.Dest.IsValid() {
 		out.Dest = ev.Dest.String()

@@ -1,4 +1,4 @@
-package nodeagent
+package node
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/ebpf"
-	"github.com/airlock-dev/airlock/internal/nodeproto"
 )
 
 // podState is one pod the agent serves: its listener in the pod's network namespace, the
@@ -121,7 +120,7 @@ func (st *podState) accept(ln net.Listener) {
 				st.lastRefusal = time.Now()
 				st.logger().WithError(err).Warn("refused a caller on the pod's agent socket (logged at most every 10 s)")
 			}
-			_ = nodeproto.NewConn(c).Write(nodeproto.Reply{Error: err.Error()})
+			_ = NewConn(c).Write(Reply{Error: err.Error()})
 			c.Close()
 			continue
 		}
@@ -133,7 +132,7 @@ func (st *podState) accept(ln net.Listener) {
 
 // attach (re)opens the pod's enforcement as hello asks, exempting the current sidecar
 // container. An enforcer already open is closed first; the new one adopts its pins.
-func (st *podState) attach(h *nodeproto.Hello) (*nodeproto.Welcome, error) {
+func (st *podState) attach(h *Hello) (*Welcome, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
@@ -155,7 +154,7 @@ func (st *podState) attach(h *nodeproto.Hello) (*nodeproto.Welcome, error) {
 		return nil, err
 	}
 	st.enf = enf
-	w := &nodeproto.Welcome{Version: nodeproto.Version, Sandbox: st.pod.Sandbox(), Adopted: enf.Adopted()}
+	w := &Welcome{Version: ProtocolVersion, Sandbox: st.pod.Sandbox(), Adopted: enf.Adopted()}
 	if ok, why := enf.PacketGuard(); ok {
 		w.PacketGuard = true
 	} else if why != nil {
@@ -177,7 +176,7 @@ func (st *podState) deny(ev ebpf.DenyEvent) {
 	s := st.sess
 	st.smu.Unlock()
 	if s != nil {
-		s.send(nodeproto.Reply{Deny: denyEvent(ev)})
+		s.send(Reply{Deny: denyEvent(ev)})
 	}
 }
 

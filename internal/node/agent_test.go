@@ -1,4 +1,4 @@
-package nodeagent
+package node
 
 import (
 	"bufio"
@@ -144,7 +144,7 @@ func acceptAll(l net.Listener) {
 func (p *pod) agent() *Agent {
 	log := logrus.New()
 	log.SetOutput(testWriter{p.t})
-	a, err := New(Config{CgroupRoot: p.root.Path, PinRoot: testPinRoot, SocketName: p.sock, Logger: log})
+	a, err := NewAgent(AgentConfig{CgroupRoot: p.root.Path, PinRoot: testPinRoot, SocketName: p.sock, Logger: log})
 	if err != nil {
 		p.t.Fatal(err)
 	}
