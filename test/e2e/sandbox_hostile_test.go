@@ -97,6 +97,7 @@ rd r.gshadow /etc/gshadow
 rd r.shadow_dotdot /tmp/../../../etc/shadow
 rd r.shadow_proc1 /proc/1/root/etc/shadow
 rd r.shadow_self /proc/self/root/etc/shadow
+for f in /etc/ssl/private/* /etc/sudoers /etc/ssh/ssh_host_*_key /etc/krb5.keytab; do [ -e "$f" ] && rd r.etc_secret "$f"; done
 rd r.secret $SECRET
 rd r.secret_proc1 /proc/1/root$SECRET
 rd r.secret_cwd $HP/cwd/secret
@@ -133,7 +134,7 @@ echo done=1
 		wantNoneSucceeded(t, class, r, "r.shadow", "r.secret", "r.secret_cwd", "r.public", "r.symlink_cwd",
 			"r.hardlink_shadow", "w.usr_local_bin", "w.etc", "w.root_file", "w.root_dir", "w.proc1root",
 			"w.symlink", "w.usr_bin_env", "w.secret", "w.ro_mount", "w.ro_mount_file", "done")
-		wantNoSecret(t, class, r.Stdout, shadow, s.secMark, s.pubMark)
+		wantNoSecret(t, class, r.Stdout, shadow, s.secMark, s.pubMark, "PRIVATE KEY")
 		wantAbsentOnHost(t, class, append(written, filepath.Join(h.probeDir, name))...)
 		wantNoHostEntries(t, class, r.Stdout, "ls.root", "/root")
 		wantNoHostEntries(t, class, r.Stdout, "ls.home", "/home")
