@@ -36,7 +36,14 @@ type Checkpoint struct {
 	// Message().
 	Key ed25519.PublicKey
 	Sig []byte
+	// Version is the form of Message: 2 signs Why and File too, so a checkpoint cannot be
+	// relabelled a rotation boundary (verify relies on that); 0 or 1 (written before) does
+	// not.
+	Version int
 }
+
+// checkpointVersion is the Version a Logger signs.
+const checkpointVersion = 2
 
 // checkpointJSON is a Checkpoint's line in the checkpoint file.
 type checkpointJSON struct {
@@ -48,19 +55,28 @@ type checkpointJSON struct {
 	Hash       string    `json:"hash"`
 	Key        string    `json:"key"`
 	Sig        string    `json:"sig"`
+	Version    int       `json:"v,omitempty"`
 }
 
 // Message is the byte string a checkpoint's signature covers.
 func (c Checkpoint) Message() []byte {
-	return []byte("airlock-audit-checkpoint/v1\n" + c.Sandbox + "\n" + strconv.FormatUint(c.Seq, 10) + "\n" +
+	m := "airlock-audit-checkpoint/v1\n"
+	if c.Version >= 2 {
+		m = "airlock-audit-checkpoint/v2\n" + c.Why + "\n" + c.File + "\n"
+	}
+	return []byte(m + c.Sandbox + "\n" + strconv.FormatUint(c.Seq, 10) + "\n" +
 		hexenc.EncodeToString(c.Hash[:]) + "\n" + c.Time.UTC().Format(time.RFC3339Nano) + "\n")
 }
+
+// Boundary reports whether c marks, under its signature, a rotation: the chain goes on in a
+// new file after c.Seq.
+func (c Checkpoint) Boundary() bool { return c.Version >= 2 && c.Why == "rotate" }
 
 // MarshalJSON encodes c as one line of the checkpoint file.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(checkpointJSON{Checkpoint: c.Why, Time: c.Time.UTC(), Sandbox: c.Sandbox, File: c.File,
 		Seq: c.Seq, Hash: hexenc.EncodeToString(c.Hash[:]), Key: base64.StdEncoding.EncodeToString(c.Key),
-		Sig: base64.StdEncoding.EncodeToString(c.Sig)})
+		Sig: base64.StdEncoding.EncodeToString(c.Sig), Version: c.Version})
 }
 
 // ParseCheckpoint decodes one line of a checkpoint file. It does not check the signature
@@ -73,7 +89,7 @@ func ParseCheckpoint(b []byte) (Checkpoint, error) {
 	if j.Checkpoint == "" {
 		return Checkpoint{}, errors.New("decode checkpoint: not a checkpoint line")
 	}
-	c := Checkpoint{Time: j.Time, Sandbox: j.Sandbox, Why: j.Checkpoint, File: j.File, Seq: j.Seq}
+	c := Checkpoint{Time: j.Time, Sandbox: j.Sandbox, Why: j.Checkpoint, File: j.File, Seq: j.Seq, Version: j.Version}
 	h, err := hexenc.DecodeString(j.Hash)
 	if err != nil || len(h) != len(c.Hash) {
 		return Checkpoint{}, errors.New("decode checkpoint: hash is not 32 hex-encoded bytes")
@@ -116,6 +132,7 @@ func openCheckpointer(path string, key ed25519.PrivateKey, sandbox string, seq u
 // write signs c and appends it.
 func (cp *checkpointer) write(c Checkpoint) error {
 	c.Key = cp.key.Public().(ed25519.PublicKey)
+	c.Version = checkpointVersion
 	c.Sig = ed25519.Sign(cp.key, c.Message())
 	b, err := json.Marshal(c)
 	if err != nil {

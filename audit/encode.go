@@ -39,11 +39,14 @@ func (e Event) appendBody(b []byte) []byte {
 	}
 	if len(e.Secrets) > 0 {
 		b = append(b, `,"secrets":[`...)
-		for i, s := range e.Secrets {
+		for i, s := range e.Secrets[:min(len(e.Secrets), maxSecrets)] {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, s)
+			b = appendString(b, boundField(s, maxSecretName))
+		}
+		if n := len(e.Secrets); n > maxSecrets {
+			b = appendString(append(b, ','), "…["+strconv.Itoa(n-maxSecrets)+" more]")
 		}
 		b = append(b, ']')
 	}
@@ -74,7 +77,8 @@ func appendTail(b []byte, seq uint64, prev *[32]byte) []byte {
 
 func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// appendField appends `,"key":"value"`; with always false an empty value is left out.
+// appendField appends `,"key":"value"` (value bounded: boundField); with always false an
+// empty value is left out.
 func appendField(b []byte, key, value string, always bool) []byte {
 	if value == "" && !always {
 		return b
@@ -82,7 +86,32 @@ func appendField(b []byte, key, value string, always bool) []byte {
 	b = append(b, ',', '"')
 	b = append(b, key...)
 	b = append(b, '"', ':')
-	return appendString(b, value)
+	return appendString(b, boundField(value, MaxFieldBytes))
+}
+
+// Every field an event records may come from the sandbox (a host, a path, a model name, an
+// error quoting either), so every field is bounded: a line stays far below maxLine (the
+// longest any reader takes), whatever the sandbox sends. A model name of megabytes would
+// otherwise make a line a restart cannot read back, and break the chain.
+const (
+	// MaxFieldBytes bounds one string field of an event, before JSON escaping.
+	MaxFieldBytes = 4096
+	// maxSecrets bounds the secret names one event lists, maxSecretName each name.
+	maxSecrets    = 64
+	maxSecretName = 256
+)
+
+// boundField returns s, or its first bytes (cut on a UTF-8 boundary) followed by a marker
+// with its original length when it is longer than limit bytes.
+func boundField(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit - 40 // room for the marker
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…[truncated: " + strconv.Itoa(len(s)) + " bytes]"
 }
 
 const hex = "0123456789abcdef"

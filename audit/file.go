@@ -86,8 +86,12 @@ func lineSeq(line []byte) (uint64, bool) {
 	return *c.Seq, true
 }
 
-// lastLine returns the last complete line of the file at path (without its newline; nil
-// when there is none or the file is absent) and whether a partial line follows it.
+// lastLine returns the last complete chained audit line of the file at path (without its
+// newline; nil when there is none or the file is absent) and whether the file ends in a
+// partial line. It reads backwards, maxLine bytes at a time, past lines of any length and
+// past lines it cannot read (not JSON, not chained): a restart continues the chain from the
+// last line that holds it, never from scratch because of one line (Verify reads what lies
+// between as torn when the chain resumes after it). Memory is bounded by the longest line.
 func lastLine(path string) ([]byte, bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -101,18 +105,41 @@ func lastLine(path string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("stat audit log: %w", err)
 	}
-	n := min(st.Size(), int64(maxLine)*2)
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, st.Size()-n); err != nil && !errors.Is(err, io.EOF) {
-		return nil, false, fmt.Errorf("read audit log: %w", err)
+	var buf []byte // the file's bytes from pos not yet split into lines
+	pos, torn, tailSplit := st.Size(), false, false
+	for {
+		for {
+			i := bytes.LastIndexByte(buf, '\n')
+			if i < 0 {
+				break
+			}
+			line := buf[i+1:]
+			buf = buf[:i]
+			if !tailSplit { // what follows the last newline is a partial line
+				torn, tailSplit = len(line) > 0, true
+				continue
+			}
+			if _, ok := lineSeq(line); ok {
+				return bytes.Clone(line), torn, nil
+			}
+		}
+		if pos == 0 {
+			if !tailSplit {
+				return nil, len(buf) > 0, nil // no newline at all: one partial line
+			}
+			if _, ok := lineSeq(buf); ok {
+				return bytes.Clone(buf), torn, nil
+			}
+			return nil, torn, nil
+		}
+		n := min(pos, int64(maxLine))
+		pos -= n
+		chunk := make([]byte, n, n+int64(len(buf)))
+		if _, err := f.ReadAt(chunk, pos); err != nil && !errors.Is(err, io.EOF) {
+			return nil, false, fmt.Errorf("read audit log: %w", err)
+		}
+		buf = append(chunk, buf...)
 	}
-	end := bytes.LastIndexByte(buf, '\n')
-	torn := end < len(buf)-1
-	if end < 0 {
-		return nil, torn, nil
-	}
-	start := bytes.LastIndexByte(buf[:end], '\n') + 1
-	return buf[start:end], torn, nil
 }
 
 // newestRotated returns the newest rotated file beside path, or "".

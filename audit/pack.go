@@ -53,6 +53,7 @@ type PackVerify struct {
 	SignedSeq   uint64   `json:"signed_seq"`
 	KeyGiven    bool     `json:"key_given"`
 	Tampered    string   `json:"tampered,omitempty"`
+	Unanchored  string   `json:"unanchored,omitempty"`
 	Torn        []string `json:"torn,omitempty"`
 }
 
@@ -107,6 +108,9 @@ func packVerify(rep Report, dir string) PackVerify {
 		Checkpoints: rep.Checkpoints, SignedSeq: rep.SignedSeq, KeyGiven: rep.KeyGiven}
 	if rep.Tampered != nil {
 		v.Tampered = rel(*rep.Tampered)
+	}
+	if rep.Unanchored != nil {
+		v.Unanchored = rel(*rep.Unanchored)
 	}
 	for _, p := range rep.Torn {
 		v.Torn = append(v.Torn, rel(p))

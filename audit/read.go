@@ -14,8 +14,9 @@ import (
 // the sidecar's own logrus log, which shares stderr with the audit lines.
 var ErrNotEvent = errors.New("not an audit event")
 
-// maxLine bounds one audit line when reading a trail back (a model call's prompt is the
-// longest field, and it is truncated when logged).
+// maxLine is more than the longest line a Logger writes (every field is bounded:
+// MaxFieldBytes, escaped at most six bytes a byte). Readers take longer lines too (an older
+// airlock bounded nothing): it is the window lastChained reads at a time.
 const maxLine = 4 << 20
 
 // line is the JSON form of an Event, as appendJSON writes it.
@@ -80,26 +81,36 @@ func Decode(b []byte) (Event, error) {
 // skipped; a line that is not JSON at all is an error naming the line, as is an error fn
 // returns. Read does not check the hash chain: Verify does.
 func Read(r io.Reader, name string, fn func(e Event, lineNo int) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	for n := 1; sc.Scan(); n++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
+	br := bufio.NewReaderSize(r, 64<<10)
+	for n := 1; ; n++ {
+		raw, rerr := br.ReadBytes('\n') // any length: a line an older airlock wrote unbounded too
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return fmt.Errorf("read %s: %w", name, rerr)
 		}
-		e, err := Decode(b)
-		if errors.Is(err, ErrNotEvent) || (err == nil && e.Phase == PhaseDecision) {
-			continue
+		if err := readLine(raw, name, n, fn); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("%s:%d: %w", name, n, err)
-		}
-		if err := fn(e, n); err != nil {
-			return fmt.Errorf("%s:%d: %w", name, n, err)
+		if rerr != nil {
+			return nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
+}
+
+// readLine decodes one line for Read and hands it to fn.
+func readLine(raw []byte, name string, n int, fn func(e Event, lineNo int) error) error {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return nil
+	}
+	e, err := Decode(b)
+	if errors.Is(err, ErrNotEvent) || (err == nil && e.Phase == PhaseDecision) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s:%d: %w", name, n, err)
+	}
+	if err := fn(e, n); err != nil {
+		return fmt.Errorf("%s:%d: %w", name, n, err)
 	}
 	return nil
 }

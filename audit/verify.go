@@ -22,6 +22,9 @@ const (
 	ProblemUnchained = "unchained" // an audit line without chain fields among chained ones
 	ProblemSignature = "signature" // a checkpoint's signature does not verify with the key
 	ProblemTorn      = "torn"      // a partial line a crash left behind (not tampering)
+	// ProblemUnanchored: with a key, nothing was found tampered, but the key's checkpoints do
+	// not prove the whole trail (Report.Unanchored). Not tampering; not intact either.
+	ProblemUnanchored = "unanchored"
 )
 
 // Problem is one finding of Verify: where (file and line, from 1) and what.
@@ -55,10 +58,37 @@ type Report struct {
 	Tampered *Problem
 	// Torn lists partial lines a crash left behind: not tampering.
 	Torn []Problem
+	// Unanchored is set, with a key and when nothing was found tampered, when the key's
+	// checkpoints do not prove the whole trail (see VerifyWith). Nil without a key.
+	Unanchored *Problem `json:",omitempty"`
+
+	// cps are the checkpoints whose signature verified, in the order read.
+	cps []Checkpoint
 }
 
-// Intact reports whether no tampering was found.
+// Intact reports whether no tampering was found. With a key, a trail can be intact and
+// still unanchored: Proven says both.
 func (r Report) Intact() bool { return r.Tampered == nil }
+
+// Proven reports whether the trail is intact and, with a key, anchored: every line from the
+// first to the last is tied to checkpoints the key signed.
+func (r Report) Proven() bool { return r.Tampered == nil && r.Unanchored == nil }
+
+// VerifyOptions configures VerifyWith.
+type VerifyOptions struct {
+	// Key is the public key every checkpoint must be signed with. Nil checks each
+	// checkpoint against the key it names, and anchors nothing.
+	Key ed25519.PublicKey
+	// CheckpointEvery is the checkpoint period the log was written with (--audit-checkpoint-
+	// every); zero means DefaultCheckpointEvery. Lines written more than this plus
+	// CrashGrace after the last checkpoint are more than a crash explains.
+	CheckpointEvery time.Duration
+}
+
+// CrashGrace is what a verifier allows, beyond the checkpoint period, between the last
+// checkpoint and the last line: a crash loses at most one period's checkpoint, and the
+// writer's batching and clock steps add a little.
+const CrashGrace = time.Minute
 
 // vline is one line of an audit file as Verify sees it.
 type vline struct {
@@ -69,15 +99,27 @@ type vline struct {
 	seq     uint64
 	prev    string
 	hash    [32]byte
+	time    time.Time
 	junk    bool // not JSON: a torn or mangled line
 	skip    bool // JSON but not an audit line (a logrus line on stderr)
 }
 
-// Verify checks audit files and their checkpoints. paths may name audit files (current and
-// rotated, in any order: they are put in chain order) and checkpoint files; the checkpoint
-// file beside each audit file (FILE.checkpoints) is read too when present. With pub set,
-// every checkpoint must be signed by it. It returns an error only when a file cannot be read.
+// Verify is VerifyWith with Key pub and the default checkpoint period.
 func Verify(paths []string, pub ed25519.PublicKey) (Report, error) {
+	return VerifyWith(paths, VerifyOptions{Key: pub})
+}
+
+// VerifyWith checks audit files and their checkpoints. paths may name audit files (current
+// and rotated, in any order: they are put in chain order) and checkpoint files; the
+// checkpoint file beside each audit file (FILE.checkpoints) is read too when present. With
+// a key, every checkpoint must be signed by it, and the trail must be anchored
+// (Report.Unanchored): some checkpoint signed by the key; the chain starting at seq 1 or
+// right after a rotation the key signed (its hash the first line's prev), every checkpoint
+// before that start being tampering otherwise; and no line written longer after the last
+// checkpoint than the checkpoint period plus CrashGrace. It returns an error only when a
+// file cannot be read.
+func VerifyWith(paths []string, opt VerifyOptions) (Report, error) {
+	pub := opt.Key
 	rep := Report{KeyGiven: pub != nil}
 	logs, cps, err := classify(paths)
 	if err != nil {
@@ -95,7 +137,77 @@ func Verify(paths []string, pub ed25519.PublicKey) (Report, error) {
 			return rep, err
 		}
 	}
+	if rep.Tampered == nil && pub != nil {
+		every := opt.CheckpointEvery
+		if every <= 0 {
+			every = DefaultCheckpointEvery
+		}
+		rep.anchor(bySeq, every)
+	}
+	rep.cps = nil
 	return rep, nil
+}
+
+// anchor checks, with a key, that the key's checkpoints prove the whole trail; it sets
+// Unanchored, or Tampered when a checkpoint shows lines missing from the start.
+func (r *Report) anchor(bySeq map[uint64]vline, every time.Duration) {
+	if r.Events == 0 {
+		return
+	}
+	first, last := bySeq[r.FirstSeq], bySeq[r.LastSeq]
+	if len(r.cps) == 0 {
+		r.Unanchored = &Problem{ProblemUnanchored, first.file, first.no,
+			"no checkpoint signed by the key: the lines cannot be shown to be the ones written (the checkpoint file is missing or empty)"}
+		return
+	}
+	if r.FirstSeq != 1 && !r.startAnchored(first) {
+		return
+	}
+	var newest Checkpoint
+	for _, c := range r.cps {
+		if c.Seq <= r.LastSeq && c.Seq >= newest.Seq {
+			newest = c
+		}
+	}
+	if r.SignedSeq < r.LastSeq && last.time.Sub(newest.Time) > every+CrashGrace {
+		r.Unanchored = &Problem{ProblemUnanchored, last.file, last.no, fmt.Sprintf(
+			"seq %d..%d come after the last checkpoint (seq %d, %s) and were written until %s later, more than the checkpoint period (%s) and a crash explain",
+			r.SignedSeq+1, r.LastSeq, newest.Seq, newest.Time.UTC().Format(time.RFC3339), last.time.Sub(newest.Time).Round(time.Second), every)}
+	}
+}
+
+// startAnchored checks a chain that starts after seq 1: it must start right after a rotation
+// the key signed. A checkpoint the key signed for an earlier line otherwise shows that lines
+// were removed from the start (Tampered); without one the start is Unanchored.
+func (r *Report) startAnchored(first vline) bool {
+	var before *Checkpoint
+	for i, c := range r.cps {
+		switch {
+		case c.Seq == r.FirstSeq-1 && c.Boundary():
+			if hexenc.EncodeToString(c.Hash[:]) != first.prev {
+				r.Tampered = &Problem{ProblemChanged, first.file, first.no, fmt.Sprintf(
+					"the chain starts at seq %d, but its prev is not the hash the key signed for the rotation at seq %d", r.FirstSeq, c.Seq)}
+				return false
+			}
+			return true
+		case c.Seq == r.FirstSeq-1 && c.Why == "rotate" && hexenc.EncodeToString(c.Hash[:]) == first.prev:
+			// An older (v1) checkpoint: its kind is not signed, so it cannot prove a rotation.
+			r.Unanchored = &Problem{ProblemUnanchored, first.file, first.no, fmt.Sprintf(
+				"the chain starts at seq %d after a rotation whose checkpoint is in the older form that does not sign its kind: give the earlier files too", r.FirstSeq)}
+			return false
+		case c.Seq > 0 && c.Seq < r.FirstSeq && before == nil:
+			before = &r.cps[i]
+		}
+	}
+	if before != nil {
+		r.Tampered = &Problem{ProblemRemoved, first.file, first.no, fmt.Sprintf(
+			"the chain starts at seq %d, but the key signed a checkpoint of seq %d, and no rotation at seq %d: lines were removed from the start (or the earlier files were not given)",
+			r.FirstSeq, before.Seq, r.FirstSeq-1)}
+		return false
+	}
+	r.Unanchored = &Problem{ProblemUnanchored, first.file, first.no, fmt.Sprintf(
+		"the chain starts at seq %d, not 1, and the key signed no rotation at seq %d: what came before cannot be shown complete", r.FirstSeq, r.FirstSeq-1)}
+	return false
 }
 
 // logFileLines is one audit file's lines and the first sequence number in it.
@@ -177,9 +289,10 @@ func splitLines(path string, b []byte) []vline {
 func parseVLine(path string, no int, text []byte) vline {
 	l := vline{file: path, no: no, text: text, hash: sha256Line(text)}
 	var c struct {
-		Seq  *uint64 `json:"seq"`
-		Prev string  `json:"prev"`
-		Msg  string  `json:"msg"`
+		Seq  *uint64   `json:"seq"`
+		Prev string    `json:"prev"`
+		Msg  string    `json:"msg"`
+		Time time.Time `json:"time"`
 	}
 	switch {
 	case !bytes.HasPrefix(bytes.TrimSpace(text), []byte{'{'}):
@@ -189,7 +302,7 @@ func parseVLine(path string, no int, text []byte) vline {
 	case c.Msg != "audit":
 		l.skip = true
 	case c.Seq != nil:
-		l.chained, l.seq, l.prev = true, *c.Seq, c.Prev
+		l.chained, l.seq, l.prev, l.time = true, *c.Seq, c.Prev, c.Time
 	}
 	return l
 }
@@ -317,6 +430,7 @@ func (r *Report) checkpoint(path string, no int, text []byte, pub ed25519.Public
 		return &Problem{ProblemSignature, path, no, fmt.Sprintf("the checkpoint of seq %d is not signed by the key", c.Seq)}
 	}
 	r.Checkpoints++
+	r.cps = append(r.cps, c)
 	if c.Seq == 0 || c.Seq < r.FirstSeq { // nothing written yet, or in a file not given
 		return nil
 	}

@@ -339,7 +339,9 @@ func (b *Broker) event(r *http.Request, d policy.Decision, decision string) audi
 // gRPC and WebSocket messages are. A body in an encoding it cannot decode is scrubbed as
 // is when injected is false; when the request carried an injected secret (injected true),
 // FilterResponse closes it and returns a *RefusalError wrapping ErrUndecodable instead.
-// A gRPC body keeps its framing: each message is masked (same length) instead (messages.go).
+// A gRPC or gRPC-Web body (binary or base64 text) is scrubbed message by message under its
+// content codings, each message decoded from its grpc-encoding first (messages.go): every
+// layer the client will undo is undone before scrubbing, whatever the stacking order.
 func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Response, error) {
 	rep := b.red.Replacer()
 	if rep.Empty() {
@@ -351,35 +353,49 @@ func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Respo
 		return resp, nil
 	}
 	raw := resp.Body
-	if isGRPC(resp.Header) && len(contentCodings(resp.Header)) == 0 {
-		resp.Body = &grpcBody{raw: raw, resp: resp, red: b.red, injected: injected,
-			encoding: strings.ToLower(resp.Header.Get("Grpc-Encoding"))}
-		return resp, nil
-	}
 	codings := contentCodings(resp.Header)
-	if len(codings) == 0 && resp.ContentLength >= 0 && len(resp.Trailer) == 0 {
+	kind := grpcKind(resp.Header)
+	if len(codings) == 0 && kind == notGRPC && resp.ContentLength >= 0 && len(resp.Trailer) == 0 {
 		// Identity encoding with a known length: mask (same length) so Content-Length stays
 		// true and the client gets one framed response instead of a chunked one.
 		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().Reader(io.NopCloser(raw)), raw: raw, resp: resp, red: b.red}
 		return resp, nil
 	}
-	var dec io.ReadCloser = io.NopCloser(raw)
-	if len(codings) > 0 {
-		d, err := decodeBody(raw, codings)
-		switch {
-		case err != nil && injected:
-			_ = raw.Close()
-			return nil, &RefusalError{reason: policy.ReasonResponseUndecodable, err: fmt.Errorf(
-				"the response to a request carrying an injected secret cannot be scrubbed: %w", err)}
-		case err == nil:
-			dec = d
-			resp.Header.Del("Content-Encoding")
-		}
+	dec, decoded, err := decodeResponse(raw, codings, injected)
+	if err != nil {
+		return nil, err
 	}
-	resp.Body = &scrubbedBody{Reader: rep.Reader(dec), dec: dec, raw: raw, resp: resp, red: b.red}
+	if decoded {
+		resp.Header.Del("Content-Encoding")
+	}
+	var body io.Reader = rep.Reader(dec)
+	if kind != notGRPC && (decoded || len(codings) == 0) {
+		body = &grpcBody{raw: dec, resp: resp, red: b.red, injected: injected, text: kind == grpcText,
+			encoding: strings.ToLower(strings.TrimSpace(resp.Header.Get("Grpc-Encoding")))}
+	}
+	resp.Body = &scrubbedBody{Reader: body, dec: dec, raw: raw, resp: resp, red: b.red}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return resp, nil
+}
+
+// decodeResponse returns a reader of raw with codings undone, and whether it undid them. A
+// body it cannot decode is returned as is when injected is false; when it is true, raw is
+// closed and the error is a *RefusalError wrapping ErrUndecodable.
+func decodeResponse(raw io.ReadCloser, codings []string, injected bool) (io.ReadCloser, bool, error) {
+	if len(codings) == 0 {
+		return io.NopCloser(raw), false, nil
+	}
+	d, err := decodeBody(raw, codings)
+	switch {
+	case err == nil:
+		return d, true, nil
+	case injected:
+		_ = raw.Close()
+		return nil, false, &RefusalError{reason: policy.ReasonResponseUndecodable, err: fmt.Errorf(
+			"the response to a request carrying an injected secret cannot be scrubbed: %w", err)}
+	}
+	return io.NopCloser(raw), false, nil
 }
 
 // learnInjected teaches the redactor an injected header value that holds a secret in a form

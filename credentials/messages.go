@@ -8,7 +8,7 @@ package credentials
 
 import (
 	"bytes"
-	"compress/gzip"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -70,28 +70,45 @@ func (b *Broker) RequestMessages(r *http.Request, d policy.Decision) (func([]byt
 	}, nil
 }
 
-// isGRPC reports whether h is the header of a gRPC (or binary gRPC-Web) message stream,
-// whose body is length-prefixed messages.
-func isGRPC(h http.Header) bool {
-	ct := strings.ToLower(h.Get("Content-Type"))
-	for _, p := range []string{"application/grpc", "application/grpc-web"} {
-		if ct == p || strings.HasPrefix(ct, p+"+") || strings.HasPrefix(ct, p+";") {
-			return true
-		}
+// The kinds of message stream a response body can be (grpcKind).
+const (
+	notGRPC    = iota
+	grpcBinary // application/grpc, application/grpc-web: length-prefixed messages
+	grpcText   // application/grpc-web-text: the same, base64-encoded
+)
+
+// grpcKind says whether h is the header of a gRPC or gRPC-Web message stream, and which. Any
+// media type starting "application/grpc" counts (clients differ in how strictly they check
+// it, and one read as messages that is not fails rather than leaks).
+func grpcKind(h http.Header) int {
+	ct, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	switch {
+	case strings.HasPrefix(ct, "application/grpc-web-text"):
+		return grpcText
+	case strings.HasPrefix(ct, "application/grpc"):
+		return grpcBinary
 	}
-	return false
+	return notGRPC
 }
 
+// isGRPC reports whether h is the header of a gRPC or gRPC-Web message stream.
+func isGRPC(h http.Header) bool { return grpcKind(h) != notGRPC }
+
 // grpcBody is a gRPC response body scrubbed message by message: each message is read whole,
-// decompressed when it is gzip (and sent on uncompressed, which the per-message flag
-// allows), masked, and sent with its new (equal) length. At the end the trailers, where
+// decompressed when its grpc-encoding is one the broker decodes (gzip, deflate, zstd, br;
+// and sent on uncompressed, which the per-message flag allows), masked, and sent with its
+// new length. With text (gRPC-Web text) the body is base64 and each scrubbed message is sent
+// base64-encoded on its own, as gRPC-Web servers send them. At the end the trailers, where
 // gRPC's status and message live, are scrubbed before EOF is reported.
 type grpcBody struct {
-	raw      io.ReadCloser
+	raw      io.Reader
 	resp     *http.Response
 	red      *Redactor
 	encoding string // grpc-encoding of the response
 	injected bool
+	text     bool // the body is gRPC-Web text (base64)
+	src      io.Reader
 	out      []byte
 	err      error
 }
@@ -111,8 +128,14 @@ func (g *grpcBody) Read(p []byte) (int, error) {
 // next reads and scrubs one message. At the end of the body it scrubs the trailers and
 // returns io.EOF.
 func (g *grpcBody) next() ([]byte, error) {
+	if g.src == nil {
+		g.src = g.raw
+		if g.text {
+			g.src = &base64Quanta{src: g.raw}
+		}
+	}
 	var hdr [5]byte
-	if _, err := io.ReadFull(g.raw, hdr[:]); err != nil {
+	if _, err := io.ReadFull(g.src, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			g.red.Header(g.resp.Trailer)
 		}
@@ -123,22 +146,12 @@ func (g *grpcBody) next() ([]byte, error) {
 		return nil, fmt.Errorf("gRPC message of %d bytes is over %d: %w", n, maxGRPCMessage, ErrUndecodable)
 	}
 	msg := make([]byte, n)
-	if _, err := io.ReadFull(g.raw, msg); err != nil {
+	if _, err := io.ReadFull(g.src, msg); err != nil {
 		return nil, fmt.Errorf("read gRPC message: %w", err)
 	}
-	flag := hdr[0]
-	if flag&1 != 0 && g.encoding == "gzip" {
-		zr, err := gzip.NewReader(bytes.NewReader(msg))
-		if err != nil {
-			return nil, fmt.Errorf("decode gRPC message: %w: %w", err, ErrUndecodable)
-		}
-		if msg, err = io.ReadAll(io.LimitReader(zr, maxGRPCMessage+1)); err != nil || len(msg) > maxGRPCMessage {
-			return nil, fmt.Errorf("decode gRPC message: %w", ErrUndecodable)
-		}
-		flag &^= 1
-	} else if flag&1 != 0 && g.injected {
-		return nil, &RefusalError{reason: policy.ReasonResponseUndecodable, err: fmt.Errorf(
-			"a gRPC message compressed with %q cannot be scrubbed after an injection: %w", g.encoding, ErrUndecodable)}
+	flag, msg, err := g.decompress(hdr[0], msg)
+	if err != nil {
+		return nil, err
 	}
 	if flag&1 == 0 {
 		msg = g.red.Mask(msg)
@@ -146,7 +159,81 @@ func (g *grpcBody) next() ([]byte, error) {
 	out := make([]byte, 5, 5+len(msg))
 	out[0] = flag
 	binary.BigEndian.PutUint32(out[1:], uint32(len(msg)))
-	return append(out, msg...), nil
+	out = append(out, msg...)
+	if g.text {
+		out = base64.StdEncoding.AppendEncode(nil, out)
+	}
+	return out, nil
 }
 
-func (g *grpcBody) Close() error { return g.raw.Close() }
+// decompress undoes a compressed message's grpc-encoding and clears its flag. A message it
+// cannot decode is returned as is, or refused after an injection.
+func (g *grpcBody) decompress(flag byte, msg []byte) (byte, []byte, error) {
+	if flag&1 == 0 {
+		return flag, msg, nil
+	}
+	open, ok := messageDecoders[g.encoding]
+	if !ok {
+		if g.injected {
+			return 0, nil, &RefusalError{reason: policy.ReasonResponseUndecodable, err: fmt.Errorf(
+				"a gRPC message compressed with %q cannot be scrubbed after an injection: %w", g.encoding, ErrUndecodable)}
+		}
+		return flag, msg, nil
+	}
+	zr, err := open(bytes.NewReader(msg))
+	if err != nil {
+		return 0, nil, fmt.Errorf("decode gRPC message: %w: %w", err, ErrUndecodable)
+	}
+	defer zr.Close()
+	out, err := io.ReadAll(io.LimitReader(zr, maxGRPCMessage+1))
+	if err != nil || len(out) > maxGRPCMessage {
+		return 0, nil, fmt.Errorf("decode gRPC message (%q): %w", g.encoding, ErrUndecodable)
+	}
+	return flag &^ 1, out, nil
+}
+
+// messageDecoders are the grpc-encoding values (gRPC's compression.md) whose messages the
+// broker decodes: the content-coding decoders of the same names.
+var messageDecoders = map[string]func(io.Reader) (io.ReadCloser, error){
+	"gzip": decoders["gzip"], "deflate": decoders["deflate"], "zstd": decoders["zstd"], "br": decoders["br"],
+}
+
+func (g *grpcBody) Close() error { return nil }
+
+// base64Quanta decodes a gRPC-Web text body: base64 in groups of four characters, where each
+// message (and the trailer frame) may have been encoded on its own, so padding can end any
+// group, not only the last. Anything else is ErrUndecodable.
+type base64Quanta struct {
+	src     io.Reader
+	pending []byte // undecoded characters, fewer than four after each decode
+	out     []byte
+	err     error
+}
+
+func (q *base64Quanta) Read(p []byte) (int, error) {
+	for len(q.out) == 0 {
+		if q.err != nil {
+			if errors.Is(q.err, io.EOF) && len(q.pending) > 0 {
+				return 0, fmt.Errorf("gRPC-Web text body ends inside a base64 group: %w", ErrUndecodable)
+			}
+			return 0, q.err
+		}
+		var buf [4096]byte
+		n, err := q.src.Read(buf[:])
+		q.err = err
+		q.pending = append(q.pending, buf[:n]...)
+		whole := len(q.pending) / 4 * 4
+		for i := 0; i < whole; i += 4 {
+			var dst [3]byte
+			m, derr := base64.StdEncoding.Decode(dst[:], q.pending[i:i+4])
+			if derr != nil {
+				return 0, fmt.Errorf("gRPC-Web text body: %w: %w", derr, ErrUndecodable)
+			}
+			q.out = append(q.out, dst[:m]...)
+		}
+		q.pending = append(q.pending[:0], q.pending[whole:]...)
+	}
+	n := copy(p, q.out)
+	q.out = q.out[n:]
+	return n, nil
+}

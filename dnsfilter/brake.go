@@ -5,9 +5,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
-// brake is the DNS-exfiltration brake for names allowed only through a wildcard host
+// Brake is the DNS-exfiltration brake for names allowed only through a wildcard host
 // ("*.example.com"). A wildcard lets the sandbox choose the labels under the zone, and the
 // query (even one that ends in NXDOMAIN) carries them to the zone's authoritative servers:
 // data can leave in the names themselves. Exact hosts carry no such channel. Two limits:
@@ -18,8 +20,11 @@ import (
 //     again within a minute of being admitted is not new and costs nothing, so a client that
 //     re-resolves the same hosts is never braked.
 //
-// It is safe for concurrent use.
-type brake struct {
+// Names are counted in canonical (lower) case, and forwarded so (upstreamQuery): every
+// spelling of a name is that name. One Brake serves the filter and every other path by which
+// a sandbox's names reach an upstream resolver (the proxy's resolver: Admit), so a name is
+// new once whichever path asks first. It is safe for concurrent use.
+type Brake struct {
 	now func() time.Time
 
 	// mu guards buckets and seen.
@@ -38,8 +43,42 @@ type bucket struct {
 // seenFor is how long an admitted name is free to ask again.
 const seenFor = time.Minute
 
-func newBrake(now func() time.Time) *brake {
-	return &brake{now: now, buckets: map[string]*bucket{}, seen: map[string]time.Time{}}
+// NewBrake returns an empty brake on clock now (nil means time.Now).
+func NewBrake(now func() time.Time) *Brake {
+	if now == nil {
+		now = time.Now
+	}
+	return &Brake{now: now, buckets: map[string]*bucket{}, seen: map[string]time.Time{}}
+}
+
+// Admit applies the brakes of policy pol to a name resolved for the sandbox outside the
+// filter (the proxy resolving a request's host): a name allowed only through a wildcard
+// must pass the label-length limit and spend a token of its wildcard like a DNS query does.
+// Any other name (exact, denied, an IP address) passes: the brake is not the policy, the
+// caller decides those. In report mode a braked name passes too (report mode never refuses),
+// but its token is spent. Errors wrap ErrBraked.
+func (b *Brake) Admit(pol *policy.Policy, name string) error {
+	nd := pol.DecideName(name)
+	if !nd.Allowed() || nd.WouldDeny || nd.Wildcard == "" {
+		return nil
+	}
+	cfg := pol.DNS()
+	var detail string
+	if msg := checkLabels(nd.Host, nd.Zone(), cfg.MaxLabelLength); msg != "" {
+		detail = msg
+	} else if !b.admit(nd.Wildcard, nd.Host, cfg.WildcardQueriesPerMinute) {
+		detail = rateDetail(cfg, nd.Wildcard)
+	}
+	if detail == "" || pol.Mode() == policy.ModeReport {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrBraked, detail)
+}
+
+// rateDetail is the detail of a name the rate brake stops.
+func rateDetail(cfg policy.DNSConfig, wildcard string) string {
+	return fmt.Sprintf("more than %d new names a minute under %s (dns.wildcardQueriesPerMinute)",
+		cfg.WildcardQueriesPerMinute, wildcard)
 }
 
 // checkLabels returns a reason when a label of name left of zone is longer than max.
@@ -56,12 +95,12 @@ func checkLabels(name, zone string, max int) string {
 
 // admit spends a token of wildcard's bucket for name unless name was admitted within the last
 // minute; it returns false when the bucket is empty.
-func (b *brake) admit(wildcard, name string, perMinute int) bool {
+func (b *Brake) admit(wildcard, name string, perMinute int) bool {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sweep(now)
-	key := wildcard + "\x00" + name
+	key := wildcard + "\x00" + strings.ToLower(name)
 	if until, ok := b.seen[key]; ok && until.After(now) {
 		return true
 	}
@@ -81,7 +120,7 @@ func (b *brake) admit(wildcard, name string, perMinute int) bool {
 }
 
 // sweep drops expired names every sweepEvery calls. b.mu must be held.
-func (b *brake) sweep(now time.Time) {
+func (b *Brake) sweep(now time.Time) {
 	if b.checks++; b.checks < sweepEvery {
 		return
 	}

@@ -66,6 +66,9 @@ type Config struct {
 	Timeout time.Duration
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Brake is the exfiltration brake (see Brake). Nil means one of the filter's own; the
+	// sidecar passes the one its proxy's resolver admits names through too.
+	Brake *Brake
 }
 
 // withDefaults checks c and fills in the defaults.
@@ -89,6 +92,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Brake == nil {
+		c.Brake = NewBrake(c.Now)
 	}
 	if c.Logger == nil {
 		c.Logger = logrus.New()

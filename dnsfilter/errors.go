@@ -15,6 +15,8 @@ var (
 	ErrNoUpstream = errors.New("no upstream DNS server")
 	// ErrUpstream wraps the failure of every upstream resolver to answer a query.
 	ErrUpstream = errors.New("upstream DNS failed")
+	// ErrBraked is returned by Brake.Admit for a name the exfiltration brake stops.
+	ErrBraked = errors.New("name stopped by the DNS exfiltration brake")
 	// ErrClosed is returned by Serve after Close. It wraps net.ErrClosed.
 	ErrClosed = fmt.Errorf("dns filter closed: %w", net.ErrClosed)
 )

@@ -25,7 +25,7 @@ type Filter struct {
 	cfg     Config
 	x       *exchanger
 	book    *book
-	brake   *brake
+	brake   *Brake
 	decided decisions // DecideName per question name, for the current policy
 	metrics *metrics
 	log     *logrus.Logger
@@ -59,7 +59,7 @@ func New(cfg Config) (*Filter, error) {
 		cfg:     cfg,
 		x:       newExchanger(cfg),
 		book:    newBook(cfg.AllowMap, cfg.Now),
-		brake:   newBrake(cfg.Now),
+		brake:   cfg.Brake,
 		metrics: newMetrics(),
 		log:     cfg.Logger,
 	}

@@ -154,8 +154,7 @@ func (f *Filter) brakeCheck(nd policy.NameDecision, cfg policy.DNSConfig) (polic
 		return "", ""
 	}
 	if !f.brake.admit(nd.Wildcard, nd.Host, cfg.WildcardQueriesPerMinute) {
-		return policy.ReasonRateLimited, fmt.Sprintf("more than %d new names a minute under %s (dns.wildcardQueriesPerMinute)",
-			cfg.WildcardQueriesPerMinute, nd.Wildcard)
+		return policy.ReasonRateLimited, rateDetail(cfg, nd.Wildcard)
 	}
 	return "", ""
 }
@@ -197,6 +196,8 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 		a, ok := rrAddr(rr)
 		return ok && !keep(a)
 	})
+	restoreCase(r.Answer, qs.Name)
+	restoreCase(r.Ns, qs.Name)
 	q.reply.Rcode = r.Rcode
 	q.reply.Answer, q.reply.Ns = r.Answer, r.Ns
 	if wouldDeny {

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 // upstreamQuery is one query the test upstream received.
 type loggedQuery struct {
 	name    string // lower-case FQDN
+	raw     string // the name as it arrived, case and all
 	qtype   uint16
 	network string // "udp" or "tcp"
 	options int    // EDNS0 options in the query
@@ -131,7 +132,7 @@ func (u *testUpstream) serve(network string) func(dns.ResponseWriter, *dns.Msg) 
 	return func(w dns.ResponseWriter, req *dns.Msg) {
 		q := req.Question[0]
 		name := dns.CanonicalName(q.Name)
-		lq := loggedQuery{name: name, qtype: q.Qtype, network: network}
+		lq := loggedQuery{name: name, raw: q.Name, qtype: q.Qtype, network: network}
 		if opt := req.IsEdns0(); opt != nil {
 			lq.options = len(opt.Option)
 		}

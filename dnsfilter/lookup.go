@@ -57,7 +57,8 @@ func (l *Lookup) LookupTTL(ctx context.Context, host string, v6 bool) ([]netip.A
 	q := new(dns.Msg)
 	q.Id = queryID()
 	q.RecursionDesired = true
-	q.Question = []dns.Question{{Name: dns.Fqdn(host), Qtype: qtype, Qclass: dns.ClassINET}}
+	// Canonical case, as the filter forwards (upstreamQuery): the spelling is not a channel.
+	q.Question = []dns.Question{{Name: dns.CanonicalName(host), Qtype: qtype, Qclass: dns.ClassINET}}
 	q.SetEdns0(upstreamUDPSize, false)
 	r, _, err := l.x.exchange(ctx, q, l.upstreams)
 	if err != nil {

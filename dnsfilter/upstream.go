@@ -19,19 +19,38 @@ import (
 const upstreamUDPSize = 1232
 
 // upstreamQuery builds the query sent upstream for a client's query: a fresh random ID (so an
-// off-path attacker cannot guess it from the client's), the question exactly as asked (0x20
-// case preserved), RD set, and an EDNS0 OPT record of our own. The client's EDNS0 options
-// (client subnet, cookies, padding, anything else) are never forwarded: they would carry data
-// out of the sandbox on an allowed name.
+// off-path attacker cannot guess it from the client's), the question in canonical (lower)
+// case, RD set, and an EDNS0 OPT record of our own. The client's EDNS0 options (client
+// subnet, cookies, padding, anything else) are never forwarded: they would carry data out of
+// the sandbox on an allowed name. Nor is the case the sandbox chose: DNS names are
+// case-insensitive (RFC 4343), so the brake counts every spelling of a name as one name, and
+// the spelling of each of a name's up to 253 letters would otherwise be a bit the sandbox
+// sends upstream for free (0x20 case randomisation, RFC draft-vixie-dnsext-dns0x20, is a
+// resolver's own defence; the random ID and source port remain ours). restoreCase gives the
+// client its own spelling back.
 func upstreamQuery(req *dns.Msg) *dns.Msg {
 	m := new(dns.Msg)
 	m.Id = queryID()
 	m.Opcode = dns.OpcodeQuery
 	m.RecursionDesired = true
 	m.CheckingDisabled = req.CheckingDisabled
-	m.Question = []dns.Question{req.Question[0]}
+	q := req.Question[0]
+	q.Name = dns.CanonicalName(q.Name)
+	m.Question = []dns.Question{q}
 	m.SetEdns0(upstreamUDPSize, false)
 	return m
+}
+
+// restoreCase gives the records of rrs owned by the asked name the spelling the client asked
+// in (qname), as a resolver that randomises case (0x20) checks the answer's names against its
+// question.
+func restoreCase(rrs []dns.RR, qname string) {
+	canon := dns.CanonicalName(qname)
+	for _, rr := range rrs {
+		if h := rr.Header(); dns.CanonicalName(h.Name) == canon {
+			h.Name = qname
+		}
+	}
 }
 
 // exchanger talks to the upstream resolvers.

@@ -3,6 +3,7 @@ package learn
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"regexp"
@@ -37,6 +38,9 @@ type Options struct {
 	Filename string
 	// Sources names the audit logs read, for the candidate's header comment. Empty is fine.
 	Sources []string
+	// Report, when set, receives one line for each host or request left out of the
+	// candidate, and why (the candidate lists them in comments too). Nil means none.
+	Report io.Writer
 }
 
 // nameRE is what metadata.name accepts (the loader checks it again).
@@ -91,7 +95,7 @@ type hostTraffic struct {
 	all         stats
 	ports       map[int]bool
 	passthrough int                          // tunnels whose requests were not seen
-	badPaths    int                          // requests whose path cannot be normalised
+	leftOut     int                          // requests seen but left out (inexpressible)
 	tunnels     int                          // connect events
 	requests    map[string]map[string]*stats // method → normalised path → stats
 	parentRule  string                       // the parent rule that allowed the connection, if any
@@ -192,20 +196,41 @@ func (l *learner) observe(e audit.Event) {
 		}
 		return
 	}
-	path, err := policy.NormalizePath(e.Path)
-	if err != nil {
-		t.badPaths++ // a rule with paths would deny it: the host gets no L7 rules
+	method := strings.ToUpper(e.Method)
+	path, why := expressible(method, e.Path)
+	if why != "" {
+		// Fail narrow: the request is left out, so the host's rules (which it then does
+		// not match) deny it; it is never a reason to drop the host's method and path rules.
+		t.leftOut += weight(e)
+		l.noteOut(l.leftOut, fmt.Sprintf("%s %s%s", e.Method, e.Destination, e.Path), why+"; the candidate denies it", e)
 		return
 	}
-	byPath := t.requests[strings.ToUpper(e.Method)]
+	byPath := t.requests[method]
 	if byPath == nil {
 		byPath = map[string]*stats{}
-		t.requests[strings.ToUpper(e.Method)] = byPath
+		t.requests[method] = byPath
 	}
 	if byPath[path] == nil {
 		byPath[path] = &stats{}
 	}
 	byPath[path].add(e.Time, weight(e))
+}
+
+// expressible returns the normalised path of a request an L7 rule can name exactly, or why
+// it cannot: a method the policy cannot list, a path it cannot normalise, or a path holding
+// what a pattern cannot say literally ("*" is a glob; "%", "?" and "#" cannot be written).
+func expressible(method, rawPath string) (string, string) {
+	if !slices.Contains(knownMethods, method) {
+		return "", fmt.Sprintf("method %q cannot be named in an L7 rule", method)
+	}
+	path, err := policy.NormalizePath(rawPath)
+	if err != nil {
+		return "", fmt.Sprintf("the path cannot be normalised (%v)", err)
+	}
+	if i := strings.IndexAny(path, "*%?#"); i >= 0 {
+		return "", fmt.Sprintf("the path holds %q, which a path pattern cannot match literally", path[i:i+1])
+	}
+	return path, ""
 }
 
 // host returns the traffic record of h, creating it.

@@ -18,6 +18,14 @@ import (
 func (l *learner) candidate() ([]byte, error) {
 	var rules []*learnedRule
 	for _, r := range l.buildRules() {
+		if r.drop != "" {
+			l.leftOut[r.t.host.Name+"\x00"+r.drop] = &note{key: r.t.host.Name, why: r.drop, stats: r.t.all}
+			continue
+		}
+		if r.t.passthrough > 0 && r.http != nil {
+			r.extra = fmt.Sprintf("%d of %d tunnels were not intercepted, so their requests were not seen: "+
+				"these rules decide them", r.t.passthrough, r.t.tunnels)
+		}
 		if l.fit(r) {
 			rules = append(rules, r)
 		}
@@ -29,7 +37,21 @@ func (l *learner) candidate() ([]byte, error) {
 	if _, err := policy.Parse(l.opt.Filename, out); err != nil {
 		return nil, fmt.Errorf("learn: the candidate does not load (a bug): %w", err)
 	}
+	l.report()
 	return out, nil
+}
+
+// report writes what was left out to Options.Report.
+func (l *learner) report() {
+	if l.opt.Report == nil {
+		return
+	}
+	for _, notes := range []map[string]*note{l.leftOut, l.parentNo} {
+		for _, k := range slices.Sorted(maps.Keys(notes)) {
+			n := notes[k]
+			fmt.Fprintf(l.opt.Report, "left out: %s (%s): %s\n", comment(n.key), n.stats, comment(n.why))
+		}
+	}
 }
 
 // fit checks that r loads on its own (under the parent, when there is one). When it does
@@ -70,6 +92,10 @@ func (l *learner) fit(r *learnedRule) bool {
 		}
 	}
 	msg := strings.ReplaceAll(strings.TrimSpace(first.Error()), "\n", "; ")
+	if l.opt.Parent == nil {
+		l.noteOut(l.leftOut, r.t.host.Name, "no rule learned from it loads (a bug): "+msg, audit.Event{})
+		return false
+	}
 	l.noteOut(l.parentNo, r.t.host.Name, "no rule fits under the parent: "+msg, audit.Event{})
 	return false
 }
@@ -175,7 +201,7 @@ func (l *learner) footer(b *bytes.Buffer) {
 			fmt.Fprintf(b, "#   %s (%s): %s\n", comment(n.key), n.stats, comment(n.why))
 		}
 	}
-	section("Left out, never a rule:", l.leftOut)
+	section("Left out, never a rule (the candidate denies these):", l.leftOut)
 	if l.opt.Parent != nil {
 		section(fmt.Sprintf("Denied by the parent %s, so not rules (a child only narrows):", comment(l.opt.ParentRef)), l.parentNo)
 	}

@@ -31,6 +31,7 @@ type learnedRule struct {
 	http       []httpEntry        // nil: every method and path
 	noL7       string             // why http is nil, for the comment
 	extra      string             // a note on how the rule was fitted under the parent
+	drop       string             // why the host cannot be a rule at all ("" when it can)
 	parentHTTP []policy.HTTPMatch // the parent rule's L7 rules, copied when the host's were not learned
 }
 
@@ -46,7 +47,7 @@ func (l *learner) buildRules() []*learnedRule {
 	for _, host := range slices.Sorted(maps.Keys(l.hosts)) {
 		t := l.hosts[host]
 		r := &learnedRule{name: ruleName(t, names), t: t}
-		r.http, r.noL7 = learnL7(t)
+		r.http, r.noL7, r.drop = learnL7(t)
 		out = append(out, r)
 	}
 	return out
@@ -67,20 +68,18 @@ func ruleName(t *hostTraffic, taken map[string]bool) string {
 	return name
 }
 
-// learnL7 returns the host's L7 rules, or nil and why there are none.
-func learnL7(t *hostTraffic) ([]httpEntry, string) {
+// learnL7 returns the host's L7 rules, or nil and why there are none; or, when requests
+// were seen but none can be named, why the host cannot be a rule (drop). It never widens:
+// requests left out (expressible) and tunnels whose requests were not seen are denied by
+// the rules learned from the others, and only a host whose traffic was tunnels alone gets
+// no L7 rules (the connections are all that was seen of it).
+func learnL7(t *hostTraffic) (http []httpEntry, noL7, drop string) {
 	switch {
+	case len(t.requests) == 0 && t.leftOut > 0:
+		return nil, "", fmt.Sprintf("none of its %d requests can be named by an L7 rule (each is listed), "+
+			"and a rule without L7 rules would allow every method and path", t.leftOut)
 	case len(t.requests) == 0:
-		return nil, "no request was seen inside its connections (tunnels not intercepted, or refused)"
-	case t.badPaths > 0:
-		return nil, fmt.Sprintf("%d requests had a path no path pattern can match (policy.NormalizePath refused it)", t.badPaths)
-	case t.passthrough > 0:
-		return nil, fmt.Sprintf("%d of %d tunnels were not intercepted, so their requests were not seen", t.passthrough, t.tunnels)
-	}
-	for m := range t.requests {
-		if !slices.Contains(knownMethods, m) {
-			return nil, fmt.Sprintf("method %q cannot be named in an L7 rule", m)
-		}
+		return nil, "no request was seen inside its connections (tunnels not intercepted, or refused)", ""
 	}
 	bySet := map[string]*httpEntry{} // key: the method's patterns joined
 	var order []string
@@ -108,7 +107,7 @@ func learnL7(t *hostTraffic) ([]httpEntry, string) {
 	for i, k := range order {
 		out[i] = *bySet[k]
 	}
-	return out, ""
+	return out, "", ""
 }
 
 // methodPatterns collapses the paths seen with one method into sorted patterns.

@@ -92,7 +92,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	if !x.recordDecision(w) { // write-before-respond (record.go)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(callContext(r, c))
 	defer cancel()
 	at := p.dispatch(ctx, r, c, rt, limit, inject)
 	if at.attempts > 1 {
@@ -106,20 +106,45 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
 	if x.table.logPrompts {
 		x.ev.Prompt = redactPrompt(c.promptText(), at.key)
 	}
+	if x.failed(ctx, w, r, at) {
+		return
+	}
+	defer at.resp.Body.Close()
+	x.pass(w, c, at, cancel, limit, func() bool { return r.Context().Err() != nil })
+}
+
+// failed answers a call that got no answer from any provider and reports whether it did.
+func (x *exchange) failed(ctx context.Context, w http.ResponseWriter, r *http.Request, at attempt) bool {
 	switch {
 	case at.keyErr != nil:
 		// Fail closed: nothing was sent. The error names the secret, never a value.
 		x.ev.Error = at.keyErr.Error()
 		x.fail(w, &apiError{status: http.StatusServiceUnavailable, code: "provider_key_unavailable", openaiType: "server_error",
 			message: fmt.Sprintf("airlock: the key of provider %q is not available (secret %q); nothing was sent", at.route.provider, at.route.apiKey)})
-		return
+		return true
 	case at.err != nil:
 		x.ev.Error = at.err.Error()
+		if r.Context().Err() != nil && x.ep != epCountTokens {
+			// The caller left before an answer came: the provider may have had the call and
+			// bill it, so it costs its reservation, marked estimated.
+			x.chargeReservation()
+		}
 		x.fail(w, upstreamFailure(at.err, ctx))
-		return
+		return true
 	}
-	defer at.resp.Body.Close()
-	x.pass(w, c, at, cancel, limit, func() bool { return r.Context().Err() != nil })
+	return false
+}
+
+// callContext is the context a call is sent upstream under. A stream follows its caller: one
+// who hangs up cancels it, and it is charged what was forwarded (settleStream). A call
+// answered whole is sent detached from its caller: once the provider has it, the provider
+// bills it whether or not the caller waits, so airlock waits for the answer (bounded by the
+// provider's timeouts) to charge what the provider reports.
+func callContext(r *http.Request, c *call) context.Context {
+	if c.stream {
+		return r.Context()
+	}
+	return context.WithoutCancel(r.Context())
 }
 
 // readCall reads and parses the request body.

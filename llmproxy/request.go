@@ -45,13 +45,18 @@ type call struct {
 	// wantUsage is whether an OpenAI streaming caller asked for the usage chunk itself
 	// (stream_options.include_usage); airlock always asks upstream and drops it otherwise.
 	wantUsage bool
-	// maxOut is the output limit the caller sent (0: none); outField names its field.
+	// maxOut is the output limit the caller sent (0: none), the largest of its limit fields
+	// (limits.go); outField names that field. stdOut is set when one of the endpoint's
+	// standard output fields (outputFields) was among them.
 	maxOut   int64
 	outField string
+	stdOut   bool
+	// limits are the fields that set the output (limits.go), clamped to the reservation.
+	limits []limitRef
 	// clamped is set when the budget lowered the output limit below the caller's.
 	clamped bool
-	// choices is the number of outputs asked for (n, or best_of for completions); 0 when
-	// the caller did not say (one).
+	// choices is the number of outputs asked for (n, best_of and their kin: limits.go); 0
+	// when the caller did not say (one).
 	choices int64
 	// inputBytes is the request body's size, the input reservation (see reserveTokens).
 	inputBytes int64
@@ -86,29 +91,8 @@ func parseCall(ep endpoint, raw []byte) (*call, *apiError) {
 		}
 		c.wantUsage = opts.IncludeUsage
 	}
-	for _, f := range []string{"n", "best_of"} {
-		v, ok := c.body[f]
-		if !ok || string(v) == "null" {
-			continue
-		}
-		var n int64
-		if json.Unmarshal(v, &n) != nil || n < 1 || n > 128 {
-			return nil, badRequest(fmt.Sprintf("%q must be an integer from 1 to 128", f))
-		}
-		c.choices = max(c.choices, n)
-	}
-	for _, f := range outputFields(ep) {
-		v, ok := c.body[f]
-		if !ok || string(v) == "null" {
-			continue
-		}
-		var n int64
-		if json.Unmarshal(v, &n) != nil || n < 1 {
-			return nil, badRequest(fmt.Sprintf("%q must be a positive integer", f))
-		}
-		if n > c.maxOut {
-			c.maxOut, c.outField = n, f
-		}
+	if aerr := c.scanLimits(); aerr != nil {
+		return nil, aerr
 	}
 	return c, nil
 }
@@ -131,8 +115,9 @@ func outputFields(ep endpoint) []string {
 const completionsDefaultMaxTokens = 16
 
 // outputLimit returns the output tokens to reserve for the call on route r and whether the
-// limit must be written into the upstream request (the caller set none). A caller limit
-// above the model's cap is refused.
+// limit must be written into the upstream request (the caller set no standard output field:
+// a server that does not know a vendor field the caller used would otherwise apply its own
+// default). A caller limit above the model's cap is refused.
 func (c *call) outputLimit(r *route) (int64, bool, *apiError) {
 	switch {
 	case c.ep == epEmbeddings || c.ep == epCountTokens:
@@ -141,7 +126,7 @@ func (c *call) outputLimit(r *route) (int64, bool, *apiError) {
 		return 0, false, badRequest(fmt.Sprintf("%s %d exceeds the cap of %d output tokens for model %q (llm.models[].maxOutputTokens); lower it",
 			c.outField, c.maxOut, r.maxOut, r.name))
 	case c.maxOut > 0:
-		return c.maxOut, false, nil
+		return c.maxOut, !c.stdOut, nil
 	case c.ep == epCompletions:
 		return min(completionsDefaultMaxTokens, r.maxOut), true, nil
 	}
@@ -149,20 +134,18 @@ func (c *call) outputLimit(r *route) (int64, bool, *apiError) {
 }
 
 // upstreamBody is the body sent to route r: the model renamed, the output limit written in
-// when the caller set none or the budget lowered it (clamp: every output field the caller
-// sent is lowered), and OpenAI streams asked to report usage.
+// when the caller set no standard field, every field that sets the output lowered to limit
+// (limits.go), and OpenAI streams asked to report usage.
 func (c *call) upstreamBody(r *route, limit int64, inject bool) []byte {
 	b := make(map[string]json.RawMessage, len(c.body)+2)
 	for k, v := range c.body {
 		b[k] = v
 	}
 	b["model"], _ = json.Marshal(r.upstream)
-	if c.clamped {
-		for _, f := range outputFields(c.ep) {
-			if v, ok := b[f]; ok && string(v) != "null" {
-				b[f] = json.RawMessage(strconv.FormatInt(limit, 10))
-			}
-		}
+	if limit > 0 {
+		// Every field that sets the output, in any spelling or container, is lowered to what
+		// was reserved (the budget may have lowered it below the caller's: c.clamped).
+		c.clampLimits(b, limit)
 	}
 	if inject {
 		field := outputFields(c.ep)[0]

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/policy"
@@ -34,6 +35,7 @@ import (
 func (p *Proxy) serveH2(conn net.Conn, h http.Handler) {
 	srv := p.newServer(h)
 	srv.TLSNextProto = nil // net/http sets up its HTTP/2 server
+	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxH2Streams}
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	srv.Protocols = &protos
@@ -49,12 +51,48 @@ func (p *Proxy) serveH2(conn net.Conn, h http.Handler) {
 	p.serveConn(srv, conn)
 }
 
-// h2Handler is the handler of an intercepted tunnel's HTTP/2 streams: h, except for
-// CONNECT. An extended CONNECT for WebSocket is relayed as an upgrade (h2WebSocket); any
-// other CONNECT stream is refused (upgrade_unsupported): a tunnel in a stream would carry
-// bytes no rule looked at.
-func (p *Proxy) h2Handler(t *tunnel, h http.Handler) http.Handler {
+// Rapid reset (CVE-2023-44487): a client that opens streams and resets them at once costs
+// nothing itself, but each stream whose request went upstream before its reset was read is
+// work for the upstream. net/http bounds the handlers in flight (maxH2Streams); a
+// connection is also closed once its streams reset before they were answered number more
+// than maxStreamResets and more than those answered, so what one connection makes the
+// upstream do is bounded by what it asks in earnest (and a stream already reset when its
+// handler starts sends nothing).
+const (
+	maxH2Streams    = 100
+	maxStreamResets = 100
+)
+
+// resetGuard counts one HTTP/2 connection's streams, answered and reset.
+type resetGuard struct {
+	conn            net.Conn
+	answered, reset atomic.Int64
+	once            sync.Once
+}
+
+// done records the end of a stream served under ctx; it closes the connection once the
+// client resets too many.
+func (g *resetGuard) done(ctx context.Context) {
+	if ctx.Err() == nil {
+		g.answered.Add(1)
+		return
+	}
+	if n := g.reset.Add(1); n > maxStreamResets && n > g.answered.Load() {
+		g.once.Do(func() { _ = g.conn.Close() })
+	}
+}
+
+// h2Handler is the handler of an intercepted tunnel's HTTP/2 streams on conn: h, except
+// for CONNECT. An extended CONNECT for WebSocket is relayed as an upgrade (h2WebSocket);
+// any other CONNECT stream is refused (upgrade_unsupported): a tunnel in a stream would
+// carry bytes no rule looked at. Streams the client resets are counted (resetGuard).
+func (p *Proxy) h2Handler(t *tunnel, conn net.Conn, h http.Handler) http.Handler {
+	g := &resetGuard{conn: conn}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer g.done(r.Context())
+		if r.Context().Err() != nil {
+			return // reset before it was served: nothing goes upstream
+		}
 		switch {
 		case r.Method != http.MethodConnect:
 			h.ServeHTTP(w, r)

@@ -94,7 +94,7 @@ func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 		p.gp.ServeHTTP(sw, r.WithContext(withOrigin(r.Context(), o)))
 	})
 	if clientH2 {
-		p.serveH2(conn, p.h2Handler(t, h))
+		p.serveH2(conn, p.h2Handler(t, conn, h))
 		return
 	}
 	p.serveConn(p.newServer(h), conn)

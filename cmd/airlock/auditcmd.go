@@ -44,13 +44,26 @@ line before it (the chain continues across rotated files, given in any order), a
 checkpoints (the FILE.checkpoints beside each file is read when present, or name checkpoint
 files among the FILEs). Prints "intact", or the first line changed, removed, reordered or
 truncated, and exits 1. A partial last line, as a crash leaves it, is reported as torn, not
-as tampering. Without --key the checkpoints are checked against the key each one names,
-which shows they were not altered, not who made them: pass the public key you keep apart.`
+as tampering.
+
+Without --key it proves only that the chain is consistent: the checkpoints are checked
+against the key each one names, which shows they were not altered, not who made them, and
+a chain rewritten whole, cut at its start or without checkpoints still reads "intact".
+With --key (the public key you keep apart) it proves the whole trail: every checkpoint is
+signed by that key and accounted for; the chain starts at seq 1, or right after a rotation
+the key signed; and no line was written more than the checkpoint period (--checkpoint-every)
+plus a minute after the last checkpoint. A trail that is not tampered but that the key's
+checkpoints do not prove (no checkpoints, a start after seq 1 without a signed rotation,
+a long unsigned tail) is reported "unanchored" and exits 3.`
+
+// exitUnanchored is verify's exit status for a trail not tampered but not proven by the key.
+const exitUnanchored = 3
 
 func auditVerify(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
 	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	every := fs.Duration("checkpoint-every", audit.DefaultCheckpointEvery, "the --audit-checkpoint-every the log was written with")
 	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
@@ -69,7 +82,7 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 			return cli.Failf("--key %s: %v", *keyFile, err)
 		}
 	}
-	rep, err := audit.Verify(files, pub)
+	rep, err := audit.VerifyWith(files, audit.VerifyOptions{Key: pub, CheckpointEvery: *every})
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
@@ -85,6 +98,9 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 	if !rep.Intact() {
 		return cli.Failf("%s", rep.Tampered)
 	}
+	if rep.Unanchored != nil {
+		return &cli.ExitError{Code: exitUnanchored, Msg: "unanchored: " + rep.Unanchored.String()}
+	}
 	return nil
 }
 
@@ -97,7 +113,14 @@ func printVerify(w io.Writer, rep audit.Report) {
 		fmt.Fprintf(w, "TAMPERED: %s\n", rep.Tampered)
 		return
 	}
-	fmt.Fprintf(w, "intact: %d events (seq %d..%d) in %d file(s)\n", rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files))
+	verdict := "intact"
+	if rep.Unanchored != nil {
+		verdict = "UNANCHORED"
+	}
+	fmt.Fprintf(w, "%s: %d events (seq %d..%d) in %d file(s)\n", verdict, rep.Events, rep.FirstSeq, rep.LastSeq, len(rep.Files))
+	if rep.Unanchored != nil {
+		fmt.Fprintf(w, "unanchored: %s\n", rep.Unanchored)
+	}
 	switch {
 	case rep.Checkpoints == 0:
 		fmt.Fprintln(w, "warning: no checkpoints found: truncation and a rewritten chain cannot be detected")

@@ -153,3 +153,24 @@ func TestAuditExportLocalSandbox(t *testing.T) {
 		t.Error("export into a non-empty directory succeeded")
 	}
 }
+
+// A trail the key's checkpoints do not prove is "unanchored", with its own exit status (3),
+// apart from tampering (1); without --key the same files read intact.
+func TestAuditVerifyUnanchoredCLI(t *testing.T) {
+	dir := t.TempDir()
+	key, pub := filepath.Join(dir, "k.pem"), filepath.Join(dir, "k.pub")
+	if code, _, errOut := airlock(t, "audit", "keygen", "-o", key, "--pub", pub); code != 0 {
+		t.Fatalf("keygen: exit %d: %s", code, errOut)
+	}
+	log := chainedLog(t, dir, key, 4)
+	if err := os.Remove(log + ".checkpoints"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := airlock(t, "audit", "verify", log, "--key", pub)
+	if code != 3 || !strings.Contains(out, "UNANCHORED") || !strings.Contains(errOut, "no checkpoint signed by the key") {
+		t.Errorf("checkpoints deleted: exit %d, stdout %q, stderr %q; want 3 and unanchored", code, out, errOut)
+	}
+	if code, out, _ := airlock(t, "audit", "verify", log); code != 0 || !strings.Contains(out, "intact") {
+		t.Errorf("without --key: exit %d, %q; want intact (the chain alone is consistent)", code, out)
+	}
+}

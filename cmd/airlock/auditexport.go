@@ -78,6 +78,9 @@ func auditExport(args []string, stdout, stderr io.Writer) error {
 	if !m.Verify.Intact && m.Verify.Events+m.Verify.Checkpoints > 0 {
 		return cli.Failf("the audit files do not verify: %s", m.Verify.Tampered)
 	}
+	if m.Verify.Unanchored != "" {
+		return &cli.ExitError{Code: exitUnanchored, Msg: "the audit files are not anchored by the key: " + m.Verify.Unanchored}
+	}
 	return nil
 }
 

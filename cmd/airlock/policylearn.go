@@ -28,6 +28,9 @@ It never writes a rule for an internal, loopback, link-local (metadata) or sidec
 or for a request denied for a reason no rule can lift; it lists those, and names seen only
 in DNS, as comments at the end. With --from, the candidate extends that policy (a built-in
 profile or a file) and only narrows it: what the parent denies is listed, never a rule.
+It fails narrow: a request no rule can name exactly (a method an L7 rule cannot list, a
+path that does not normalise or that holds "*", "%", "?" or "#") is left out, so the
+candidate denies it; every host or request left out is listed on stderr too.
 The candidate loads with the strict loader; check it with airlock policy replay.`
 
 func policyLearn(args []string, stdout, stderr io.Writer) error {
@@ -43,7 +46,7 @@ func policyLearn(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return cli.ErrUsage
 	}
-	opt := learn.Options{Name: *name, Filename: *out, Sources: files}
+	opt := learn.Options{Name: *name, Filename: *out, Sources: files, Report: stderr}
 	if opt.Filename == "" {
 		opt.Filename = "learned.yaml" // relative paths resolve from the working directory
 	}

@@ -65,6 +65,7 @@ func (d *dnsComponent) start(context.Context) error {
 		Audit:      s.audit,
 		Logger:     s.log,
 		Registerer: s.reg,
+		Brake:      s.brake,
 	})
 	if err != nil {
 		return fmt.Errorf("dns filter: %v", err)

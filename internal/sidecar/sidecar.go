@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/credentials"
+	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
@@ -48,8 +49,10 @@ type Sidecar struct {
 	resolver *egress.CachingResolver
 	// answers is the resolver's answer cache, which the DNS filter fills too.
 	answers *egress.AnswerCache
-	ca      *proxy.CA
-	guard   *egress.Guard
+	// brake is the DNS exfiltration brake the DNS filter and the resolver share.
+	brake *dnsfilter.Brake
+	ca    *proxy.CA
+	guard *egress.Guard
 	// self is the guard's own-address list: every listener registers into it as it opens,
 	// and the proxy and the model API never dial any of them.
 	self *egress.SelfAddrs
@@ -204,7 +207,8 @@ func (s *Sidecar) shared() error {
 		s.audit.Close()
 		return err
 	}
-	if s.resolver, s.answers, err = newResolver(s.cfg.UpstreamDNS, pol, s.store); err != nil {
+	s.brake = dnsfilter.NewBrake(nil)
+	if s.resolver, s.answers, err = newResolver(s.cfg.UpstreamDNS, pol, s.store, s.brake); err != nil {
 		s.audit.Close()
 		return err
 	}
