@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -180,12 +179,12 @@ func kubeList(ctx context.Context, k *cli.KubeCluster, all, asJSON bool, stdout 
 		return cli.Failf("sandbox list: %v", err)
 	}
 	if asJSON {
-		return writeJSON(stdout, list)
+		return cli.WriteJSON(stdout, list)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tAGE\tPHASE\tSIDECAR\tPOLICY\tNODE")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, age(time.Since(s.Created)), s.Phase, s.Sidecar, s.Policy, s.Node)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Name, cli.Age(time.Since(s.Created)), s.Phase, s.Sidecar, s.Policy, s.Node)
 	}
 	return tw.Flush()
 }
@@ -216,23 +215,4 @@ func kubeDelete(ctx context.Context, k *cli.KubeCluster, names []string, stdout 
 		return cli.Failf("sandbox delete: %s", strings.Join(errs, "; "))
 	}
 	return nil
-}
-
-func age(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	default:
-		return fmt.Sprintf("%dd", int(d.Hours()/24))
-	}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -237,7 +236,7 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		statuses, _ := m.Statuses(ctx, 2*time.Second)
 		for _, s := range statuses {
 			if s.Name == st.Name {
-				return writeJSON(stdout, s)
+				return cli.WriteJSON(stdout, s)
 			}
 		}
 		return nil
@@ -494,7 +493,7 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		if statuses == nil {
 			statuses = []sandbox.Status{}
 		}
-		return writeJSON(stdout, statuses)
+		return cli.WriteJSON(stdout, statuses)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tDENIES\tLLM SPEND")
@@ -503,29 +502,10 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		if !s.Kernel {
 			kernel = "OFF"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t$%.6f\n", s.Name, age(time.Duration(s.AgeSeconds)*time.Second),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t$%.6f\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
 			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.LLMSpendUSD)
 	}
 	return tw.Flush()
-}
-
-func age(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	default:
-		return fmt.Sprintf("%dd", int(d.Hours()/24))
-	}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func sandboxDelete(args []string, stdout, stderr io.Writer) error {
@@ -660,7 +640,7 @@ Prints a PASS/FAIL table with the fix for each failure; exits 1 if anything fail
 		}
 	}
 	if *asJSON {
-		if err := writeJSON(stdout, checks); err != nil {
+		if err := cli.WriteJSON(stdout, checks); err != nil {
 			return err
 		}
 	} else {
