@@ -170,12 +170,18 @@ func (m *Manager) reserve(c *creation) error {
 			return fmt.Errorf("sandbox %s already exists (phase %s, created %s): delete it first", s.Name, s.Phase, s.Created.Format(time.RFC3339))
 		}
 	}
-	subnet := netip.MustParsePrefix(st.Subnet)
-	if st.Index, err = allocate(subnet, existing); err != nil {
-		return err
+	if st.Network == NetworkNone {
+		// No link: no /30 of the pool, no veth (and so nothing of them in the state or
+		// `sandbox list`).
+		st.Index, st.HostVeth = -1, ""
+	} else {
+		subnet := netip.MustParsePrefix(st.Subnet)
+		if st.Index, err = allocate(subnet, existing); err != nil {
+			return err
+		}
+		c.link = linkAt(subnet, st.Index)
+		st.HostAddr, st.SandboxAddr = c.link.Host.String(), c.link.Sandbox.String()
 	}
-	c.link = linkAt(subnet, st.Index)
-	st.HostAddr, st.SandboxAddr = c.link.Host.String(), c.link.Sandbox.String()
 	if m.ops().CgroupExists(st.Cgroup) {
 		return fmt.Errorf("cgroup %s already exists: a leftover of an earlier sandbox? remove it or run `airlock sandbox reap`", st.Cgroup)
 	}
@@ -277,6 +283,9 @@ func (m *Manager) doVeth(_ context.Context, c *creation) (string, error) {
 }
 
 func (m *Manager) undoVeth(_ context.Context, st *State) (string, error) {
+	if st.Network == NetworkNone {
+		return "removed   nothing of a link (--network none)", nil
+	}
 	return "removed   veth " + st.HostVeth, m.ops().DeleteHostVeth(st.HostVeth, st.HostNetns, st.SupervisorPid)
 }
 
@@ -331,6 +340,9 @@ func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
 	}
 	if err := m.ops().WriteNetnsResolvConf(st.Netns, st.resolvConf()); err != nil {
 		return "", err
+	}
+	if st.Network == NetworkNone {
+		return fmt.Sprintf("env %s, CA bundle %s, resolv.conf with no resolver", st.EnvFile(), st.CABundle()), nil
 	}
 	return fmt.Sprintf("env %s, CA bundle %s, resolv.conf -> %s:%d", st.EnvFile(), st.CABundle(), st.HostAddr, DNSPort), nil
 }

@@ -403,3 +403,37 @@ func TestSupervisorStartsAfterTheStateNamesTheSidecar(t *testing.T) {
 		t.Fatal("no supervisor was started")
 	}
 }
+
+// A --network none sandbox holds no link: no /30 of the pool (the next sandbox takes the first),
+// no veth in its state, no proxy or resolver in its files; delete removes it all.
+func TestNetworkNoneHoldsNoLink(t *testing.T) {
+	m, h, _ := newTestManager(t)
+	o := testOptions(t, "quiet")
+	o.Network = NetworkNone
+	none, err := m.Create(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Create --network none: %v", err)
+	}
+	if none.HostVeth != "" || none.HostAddr != "" || none.SandboxAddr != "" || none.Index != -1 {
+		t.Errorf("--network none state holds a link: veth %q, addresses %q %q, index %d", none.HostVeth, none.HostAddr, none.SandboxAddr, none.Index)
+	}
+	if env, err := os.ReadFile(none.EnvFile()); err != nil || strings.Contains(string(env), "PROXY") || !strings.Contains(string(env), "AIRLOCK_SANDBOX=quiet") {
+		t.Errorf("--network none env file %q, %v: want the sandbox's name and no proxy", env, err)
+	}
+	if rc, err := os.ReadFile(none.ResolvConf()); err != nil || strings.Contains(string(rc), "nameserver") {
+		t.Errorf("--network none resolv.conf %q, %v: want no nameserver", rc, err)
+	}
+	next, err := m.Create(context.Background(), testOptions(t, "loud"))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if next.Index != 0 {
+		t.Errorf("the next sandbox took /30 number %d, want 0 (the --network none one holds none)", next.Index)
+	}
+	for _, name := range []string{"quiet", "loud"} {
+		if err := m.Delete(context.Background(), name); err != nil {
+			t.Fatalf("Delete %s: %v", name, err)
+		}
+	}
+	wantClean(t, m, h, "quiet")
+}

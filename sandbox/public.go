@@ -9,8 +9,12 @@ import (
 )
 
 // EnvVars is what the env file sets, in order: the proxy for every client spelling, the CA
-// bundle for every TLS stack (its path inside the sandbox), and the local model API.
+// bundle for every TLS stack (its path inside the sandbox), and the local model API. A
+// --network none sandbox has no sidecar: its env file names the sandbox only.
 func (s *State) EnvVars() []string {
+	if s.Network == NetworkNone {
+		return []string{"AIRLOCK_SANDBOX=" + s.Name}
+	}
 	proxy := "http://" + s.HostAddr + ":3128"
 	noProxy := strings.Join([]string{"localhost", "127.0.0.1", "::1", s.HostAddr, LLMName}, ",")
 	bundle := InsideCABundle
@@ -54,7 +58,11 @@ func (s *State) writePublic(bundle []byte) error {
 	return writeFileReplace(s.ResolvConf(), s.resolvConf(), 0o644)
 }
 
-// resolvConf points the sandbox's resolver at its DNS filter.
+// resolvConf points the sandbox's resolver at its DNS filter; a --network none sandbox has no
+// resolver to name.
 func (s *State) resolvConf() []byte {
+	if s.Network == NetworkNone {
+		return []byte("# airlock sandbox " + s.Name + ": --network none, no resolver\n")
+	}
 	return []byte("# airlock sandbox " + s.Name + ": the sidecar's DNS filter\nnameserver " + s.HostAddr + "\noptions edns0\n")
 }

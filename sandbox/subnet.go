@@ -52,6 +52,9 @@ func linkAt(subnet netip.Prefix, index int) link {
 func allocate(subnet netip.Prefix, existing []*State) (int, error) {
 	used := map[int]bool{}
 	for _, s := range existing {
+		if s.Network == NetworkNone {
+			continue // a --network none sandbox holds no link
+		}
 		if s.Subnet == subnet.String() {
 			used[s.Index] = true
 		} else if p, err := netip.ParsePrefix(s.Subnet); err == nil && p.Overlaps(subnet) {
