@@ -135,6 +135,12 @@ type Config struct {
 	// MaxRequestBodyBytes caps the body of a proxied HTTP request (413 when exceeded). Bodies
 	// inside plain tunnels are not seen and not capped. Zero means DefaultMaxRequestBodyBytes.
 	MaxRequestBodyBytes int64
+
+	// DisableHTTP1FastPath sends every HTTP/1.1 request through net/http's server, goproxy
+	// and net/http's Transport, as before the fast path (h1serve.go); false (auto) reads
+	// requests inside intercepted tunnels and absolute-form http:// requests with the strict
+	// parser and hands anything outside its subset to net/http (--http1-fastpath=off).
+	DisableHTTP1FastPath bool
 }
 
 // withDefaults validates c and returns a copy with the defaults filled in. Errors wrap

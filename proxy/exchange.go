@@ -34,6 +34,18 @@ type origin struct {
 	// stream is the client's response writer when the listener wrapped it (streamWriter):
 	// it flushes every write and remembers a hijacked connection (WebSocket). Nil otherwise.
 	stream *streamWriter
+	// h1, when set, is the fast path's upstream (h1upstream.go), used instead of ups.
+	h1 *h1Upstream
+	// path is how an HTTP/1.x request was read (pathStrict, pathNetHTTP); "" for HTTP/2.
+	path string
+}
+
+// roundTrip sends r upstream: over the fast path's own connection, or a transport for pol.
+func (o *origin) roundTrip(pol *policy.Policy, r *http.Request) (*http.Response, error) {
+	if o.h1 != nil {
+		return o.h1.RoundTrip(r)
+	}
+	return o.ups.get(pol).RoundTrip(r)
 }
 
 type ctxKey int
@@ -258,7 +270,7 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 	}
 	ctx := context.WithValue(r.Context(), exchangeKey, x)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: x.gotConn})
-	resp, err := x.o.ups.get(x.pol).RoundTrip(r.WithContext(ctx))
+	resp, err := x.o.roundTrip(x.pol, r.WithContext(ctx))
 	if err != nil {
 		return x.upstreamFailure(r, err), nil
 	}
@@ -387,6 +399,7 @@ func (x *exchange) finish() {
 			x.p.cfg.Audit.Log(ev)
 		}
 		x.p.metrics.observe(kindHTTP, decision, d.Rule, ev.Duration)
+		x.p.metrics.countPath(x.o.path)
 		if t := x.o.tunnel; t != nil {
 			t.up.Add(ev.BytesUp)
 			t.down.Add(ev.BytesDown)

@@ -63,7 +63,7 @@ func (p *Proxy) newServer(h http.Handler) *http.Server {
 // serveExplicit is the explicit listener's handler: it claims the raw head the connection
 // read for this request, and passes the request to goproxy with its origin.
 func (p *Proxy) serveExplicit(w http.ResponseWriter, r *http.Request) {
-	o := &origin{client: r.RemoteAddr, ups: p.explicit}
+	o := &origin{client: r.RemoteAddr, ups: p.explicit, path: pathNetHTTP}
 	hc, _ := r.Context().Value(connKey).(*headConn)
 	if hc != nil {
 		h, ok := hc.pop()

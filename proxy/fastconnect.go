@@ -192,6 +192,12 @@ func (p *Proxy) serveFirst(hc *headConn, hand func(net.Conn) bool) {
 	if !p.slowConnect.Load() {
 		ch, ok = hc.takeConnect()
 	}
+	if !ok && !p.cfg.DisableHTTP1FastPath {
+		if raw, buf, strict := hc.takeRequest(); strict {
+			p.serveExplicitH1(raw, buf, hc.max, hand)
+			return
+		}
+	}
 	if !ok {
 		if !hand(hc) {
 			_ = hc.Close() // the proxy closed while the head was being read
@@ -309,4 +315,40 @@ func requestIDFrom(id string, present bool) string {
 		return id
 	}
 	return requestID(nil)
+}
+
+// takeRequest returns the connection and every byte read from it when its first head is an
+// absolute-form request in the fast path's subset (parseRequestHead) and nothing went wrong
+// reading it; the headConn gives them up.
+func (c *headConn) takeRequest() (net.Conn, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	end := headEnd(c.buf, 0)
+	if len(c.heads) != 1 || c.err != nil || end < 0 {
+		return nil, nil, false
+	}
+	if _, v := parseRequestHead(c.buf[:end], true); v != headStrict {
+		return nil, nil, false
+	}
+	buf := c.buf
+	c.buf, c.store, c.heads, c.mode = nil, nil, nil, modePass
+	return c.Conn, buf, true
+}
+
+// serveExplicitH1 serves an explicit connection whose first head is in the fast path's
+// subset (buf: the bytes read so far) and hands it to net/http (hand) at the first head
+// that is not, with the bytes from that head on.
+func (p *Proxy) serveExplicitH1(raw net.Conn, buf []byte, maxHead int, hand func(net.Conn) bool) {
+	c := p.newH1Conn(raw, buf, raw.RemoteAddr().String())
+	c.absolute = true
+	handOff, rest := c.serve()
+	if !handOff {
+		_ = raw.Close()
+		return
+	}
+	next := &headConn{Conn: raw, max: maxHead, buf: bytes.Clone(rest)}
+	next.got.Store(true)
+	if !hand(next) {
+		_ = raw.Close()
+	}
 }

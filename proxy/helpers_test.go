@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,8 +36,21 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if s, n := pathTally.strict.Load(), pathTally.netHTTP.Load(); s+n > 0 {
+			fmt.Fprintf(os.Stderr, "HTTP/1.x requests by path over these tests: strict %d, nethttp %d (strict share %.0f%%)\n",
+				s, n, 100*float64(s)/float64(s+n))
+		}
+		os.Exit(code)
+	}))
 }
+
+// pathTally sums airlock_proxy_http1_requests_total over every harness of the run.
+var pathTally struct{ strict, netHTTP atomic.Int64 }
+
+// fastPathOff reports whether the tests run with the HTTP/1.1 fast path off: the package's
+// tests run both ways (AIRLOCK_TEST_HTTP1_FASTPATH=off go test ./proxy/, and without).
+func fastPathOff() bool { return os.Getenv("AIRLOCK_TEST_HTTP1_FASTPATH") == "off" }
 
 // waitTimeout bounds every wait on an event in these tests; it is a failure deadline, not
 // synchronisation.
@@ -302,7 +316,8 @@ func newHarness(t testing.TB, pol *policy.Policy, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	cfg := Config{Policy: h.src, CA: ca, Audit: al, Guard: g, UpstreamRoots: h.upstream.pool,
-		Registerer: h.reg, DialTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second}
+		Registerer: h.reg, DialTimeout: 2 * time.Second, IdleTimeout: 5 * time.Second,
+		DisableHTTP1FastPath: fastPathOff()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -315,6 +330,10 @@ func newHarness(t testing.TB, pol *policy.Policy, opts ...harnessOpt) *harness {
 	if cfg.OriginalDst != nil {
 		h.taddr = h.serve(p.ServeTransparent)
 	}
+	t.Cleanup(func() { // after Shutdown: the counts are final
+		pathTally.strict.Add(int64(h.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathStrict})))
+		pathTally.netHTTP.Add(int64(h.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathNetHTTP})))
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()

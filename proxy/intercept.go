@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -84,10 +86,10 @@ func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 	clientH2 := tc != nil && tc.ConnectionState().NegotiatedProtocol == "h2"
 	t.ups = p.newUpstreams(t.dialPinned, clientH2) // the upstream protocol follows the client's
 	defer t.ups.closeIdle()
-	authority := net.JoinHostPort(t.host, strconv.Itoa(t.port))
+	authority := t.authority()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &streamWriter{ResponseWriter: w}
-		o := &origin{client: t.client, hostHeader: r.Host, headKnown: true, ups: t.ups, tunnel: t, stream: sw}
+		o := &origin{client: t.client, hostHeader: r.Host, headKnown: true, ups: t.ups, tunnel: t, stream: sw, path: pathNetHTTP}
 		u := *r.URL
 		u.Scheme, u.Host, u.User = scheme, authority, nil
 		r.URL = &u
@@ -97,7 +99,22 @@ func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 		p.serveH2(conn, p.h2Handler(t, conn, h))
 		return
 	}
+	if !p.cfg.DisableHTTP1FastPath {
+		c := p.newH1Conn(conn, nil, t.client)
+		c.tunnel, c.scheme = t, scheme
+		handOff, rest := c.serve()
+		if !handOff {
+			_ = conn.Close()
+			return
+		}
+		conn = &prefixConn{Conn: conn, r: io.MultiReader(bytes.NewReader(bytes.Clone(rest)), conn)}
+	}
 	p.serveConn(p.newServer(h), conn)
+}
+
+// authority is the tunnel's host:port, the URL host of the requests inside it.
+func (t *tunnel) authority() string {
+	return net.JoinHostPort(t.host, strconv.Itoa(t.port))
 }
 
 // serveConn serves one client connection with srv and returns when it is closed. Shutdown

@@ -23,6 +23,9 @@ type metrics struct {
 	bytesDown   prometheus.Counter       // bytes{direction="down"}
 	openTunnels prometheus.Gauge         // tunnels open now
 	duration    *prometheus.HistogramVec // kind
+	h1Paths     *prometheus.CounterVec   // path: HTTP/1.x requests by the server that read them
+	h1Strict    prometheus.Counter       // h1Paths{path="strict"}
+	h1NetHTTP   prometheus.Counter       // h1Paths{path="nethttp"}
 }
 
 func newMetrics() *metrics {
@@ -45,6 +48,12 @@ func newMetrics() *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}, []string{"kind"}),
 	}
+	m.h1Paths = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "airlock_proxy_http1_requests_total",
+		Help: "HTTP/1.x requests by the path that read them: strict (the fast path) or nethttp (net/http and goproxy).",
+	}, []string{"path"})
+	m.h1Strict = m.h1Paths.WithLabelValues(pathStrict)
+	m.h1NetHTTP = m.h1Paths.WithLabelValues(pathNetHTTP)
 	m.bytesUp = m.bytes.WithLabelValues("up")
 	m.bytesDown = m.bytes.WithLabelValues("down")
 	return m
@@ -56,7 +65,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	if r == nil {
 		return nil
 	}
-	cs := []prometheus.Collector{m.requests, m.bytes, m.openTunnels, m.duration}
+	cs := []prometheus.Collector{m.requests, m.bytes, m.openTunnels, m.duration, m.h1Paths}
 	for i, c := range cs {
 		if err := r.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -72,4 +81,14 @@ func (m *metrics) register(r prometheus.Registerer) error {
 func (m *metrics) observe(kind, decision, rule string, d time.Duration) {
 	m.requests.WithLabelValues(kind, decision, rule).Inc()
 	m.duration.WithLabelValues(kind).Observe(d.Seconds())
+}
+
+// countPath counts one HTTP/1.x request on the path that read it ("" counts nothing).
+func (m *metrics) countPath(path string) {
+	switch path {
+	case pathStrict:
+		m.h1Strict.Inc()
+	case pathNetHTTP:
+		m.h1NetHTTP.Inc()
+	}
 }

@@ -134,7 +134,7 @@ func (p *Proxy) transparentHTTP(c net.Conn, br *bufio.Reader, orig netip.AddrPor
 	port := strconv.Itoa(int(orig.Port()))
 	srv := p.newServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &streamWriter{ResponseWriter: w}
-		o := &origin{client: client, hostHeader: r.Host, headKnown: true, ups: ups, stream: sw}
+		o := &origin{client: client, hostHeader: r.Host, headKnown: true, ups: ups, stream: sw, path: pathNetHTTP}
 		w = sw
 		u := *r.URL
 		u.Scheme, u.Host, u.User = "http", r.Host, nil

@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-dev/airlock/policy"
+)
+
+// max1xx is how many informational responses may precede a final one (net/http's Transport
+// allows 5).
+const max1xx = 5
+
+// errStale is a kept-alive upstream connection found closed by its server before it
+// answered: a request that can be replayed is sent again on a new connection.
+var errStale = errors.New("upstream connection closed before the response")
+
+// headerValueReplacer keeps a value on its line (as net/http's Header.Write does).
+var headerValueReplacer = strings.NewReplacer("\r", " ", "\n", " ", "\x00", " ")
+
+// h1Upstream is the HTTP/1.1 upstream of one client connection of the fast path: one
+// connection at a time, to one origin, dialled through the guard under the policy of the
+// request it first carried, and replaced when a request of another policy comes (as the
+// transports of upstreams.get are). It is used by one goroutine.
+type h1Upstream struct {
+	p       *Proxy
+	key     string // the origin it reaches (host:port)
+	dial    func(ctx context.Context, x *exchange) (net.Conn, error)
+	tlsName string // the server name for TLS; "" speaks clear text
+
+	conn   net.Conn
+	in     *connReader
+	out    *bufio.Writer
+	pol    *policy.Policy // the policy conn was dialled under
+	addr   string         // the address dialled
+	usable bool           // conn may carry another request
+}
+
+// tunnelUpstream is the upstream of an intercepted tunnel: its checked addresses only.
+func (p *Proxy) tunnelUpstream(t *tunnel, scheme string) *h1Upstream {
+	u := &h1Upstream{p: p, dial: func(ctx context.Context, x *exchange) (net.Conn, error) {
+		return t.dialPinned(ctx, x, t.host, t.port)
+	}}
+	if scheme == "https" {
+		u.tlsName = t.host
+	}
+	return u
+}
+
+// explicitUpstream is the upstream of an absolute-form http:// request: the name resolved
+// once and checked under the request's policy.
+func (p *Proxy) explicitUpstream() *h1Upstream {
+	dial := p.dialResolved(netip.Addr{})
+	return &h1Upstream{p: p, dial: func(ctx context.Context, x *exchange) (net.Conn, error) {
+		return dial(ctx, x, x.host, x.port)
+	}}
+}
+
+// RoundTrip sends r (whose context holds its exchange) and returns the response head with
+// a body that reads from the upstream. A kept-alive connection its server closed is replaced
+// once for a request without a body.
+func (u *h1Upstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	x := exchangeFrom(r.Context())
+	if x == nil {
+		return nil, errNoExchange
+	}
+	if u.conn != nil && (u.pol != x.pol || !u.usable || len(u.in.buffered()) > 0) {
+		u.close() // dialled under another policy, or left in doubt (extra bytes)
+	}
+	for retried := false; ; retried = true {
+		reused := u.conn != nil
+		if !reused {
+			if err := u.connect(r.Context(), x); err != nil {
+				return nil, err
+			}
+		}
+		x.mu.Lock()
+		x.addr = u.addr
+		x.mu.Unlock()
+		resp, err := u.exchange(r, reused)
+		if err == nil {
+			return resp, nil
+		}
+		u.close()
+		if !errors.Is(err, errStale) || retried || (r.Body != nil && r.Body != http.NoBody) {
+			return nil, err
+		}
+	}
+}
+
+// connect dials the origin (and shakes hands with it over TLS, verifying its certificate).
+func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
+	c, err := u.dial(ctx, x)
+	if err != nil {
+		return err
+	}
+	cc, _ := c.(*checkedConn)
+	if cc != nil {
+		u.addr = cc.addr.String()
+	}
+	if u.tlsName != "" {
+		tc := tls.Client(c, &tls.Config{RootCAs: u.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, ServerName: u.tlsName})
+		hctx, cancel := context.WithTimeout(ctx, u.p.cfg.DialTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			_ = c.Close()
+			return fmt.Errorf("upstream TLS handshake: %w", err)
+		}
+		c = tc
+	}
+	u.conn, u.pol, u.usable = c, x.pol, true
+	u.in = newConnReader(c, nil)
+	if u.out == nil {
+		u.out = bufio.NewWriterSize(c, 16<<10)
+	} else {
+		u.out.Reset(c)
+	}
+	return nil
+}
+
+// exchange writes r and reads the response head, skipping informational responses.
+func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, error) {
+	var rec *trackedBody
+	if r.Body != nil && r.Body != http.NoBody {
+		rec = &trackedBody{r: r.Body}
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{rec, r.Body}
+	}
+	err := r.Write(u.out)
+	if err == nil {
+		err = u.out.Flush()
+	}
+	if err != nil {
+		if rec != nil && rec.err != nil {
+			return nil, rec.err // the client's body failed: its error decides the answer
+		}
+		if reused && (rec == nil || !rec.done) && isStale(err) {
+			return nil, fmt.Errorf("write request: %w: %w", errStale, err)
+		}
+		return nil, fmt.Errorf("write request: %w", err)
+	}
+	_ = u.conn.SetReadDeadline(time.Now().Add(u.p.cfg.ResponseHeaderTimeout))
+	defer u.conn.SetReadDeadline(time.Time{}) //nolint:errcheck // best effort
+	for n := 0; ; n++ {
+		head, err := u.in.head(u.p.cfg.MaxHeaderBytes)
+		if err != nil {
+			if reused && n == 0 && len(u.in.buffered()) == 0 && isStale(err) {
+				return nil, fmt.Errorf("read response: %w: %w", errStale, err)
+			}
+			return nil, fmt.Errorf("read response head: %w", err)
+		}
+		h, err := parseResponseHead(head)
+		if err != nil {
+			return nil, err
+		}
+		u.in.consume(len(head))
+		switch {
+		case h.status == http.StatusSwitchingProtocols:
+			return nil, fmt.Errorf("upstream switched protocols unasked: %w", errFraming)
+		case h.status/100 == 1:
+			if n >= max1xx {
+				return nil, fmt.Errorf("more than %d informational responses: %w", max1xx, errFraming)
+			}
+			continue
+		}
+		return u.response(r, h), nil
+	}
+}
+
+// isStale reports whether err is the end of a connection its server closed.
+func isStale(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE)
+}
+
+// response builds the http.Response of head h, with a body framed as RFC 9112 section 6.3
+// says.
+func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
+	resp := &http.Response{Status: fmt.Sprintf("%d %s", h.status, http.StatusText(h.status)), StatusCode: h.status,
+		Proto: h.proto, ProtoMajor: 1, ProtoMinor: 1, Header: h.header, ContentLength: h.cl, Request: r,
+		Close: h.close || r.Close}
+	if h.proto == "HTTP/1.0" {
+		resp.ProtoMinor = 0
+	}
+	for _, v := range h.header["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				if resp.Trailer == nil {
+					resp.Trailer = make(http.Header)
+				}
+				resp.Trailer[http.CanonicalHeaderKey(k)] = nil
+			}
+		}
+	}
+	b := &upstreamBody{u: u, resp: resp}
+	switch {
+	case r.Method == http.MethodHead || h.status == http.StatusNoContent || h.status == http.StatusNotModified:
+		b.r, b.done = eofReader{}, true
+		if r.Method != http.MethodHead {
+			resp.ContentLength = 0
+		}
+	case h.te:
+		resp.TransferEncoding = []string{"chunked"}
+		b.r = &chunkedReader{r: u.in, trailer: &resp.Trailer, maxTrailer: u.p.cfg.MaxHeaderBytes}
+	case h.cl >= 0:
+		b.r = &lengthReader{r: u.in, left: h.cl}
+		if h.cl == 0 {
+			b.done = true
+		}
+	default: // delimited by the connection's close
+		resp.Close = true
+		b.r = u.in
+	}
+	resp.Body = b
+	return resp
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// upstreamBody is a response body read from the upstream connection. Closing it before its
+// end, or after a response that closes the connection, closes the connection; bytes waiting
+// after its end (an upstream sending more than it framed) do too.
+type upstreamBody struct {
+	u    *h1Upstream
+	resp *http.Response
+	r    io.Reader
+	done bool
+	err  error
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	switch {
+	case err == io.EOF:
+		b.done = true
+	case err != nil:
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *upstreamBody) Close() error {
+	u := b.u
+	if u.conn == nil {
+		return nil
+	}
+	if !b.done || b.resp.Close || len(u.in.buffered()) > 0 {
+		u.close()
+	}
+	return nil
+}
+
+// close closes the upstream connection; the next request dials a new one.
+func (u *h1Upstream) close() {
+	if u.conn != nil {
+		_ = u.conn.Close()
+	}
+	u.conn, u.in, u.usable = nil, nil, false
+}
