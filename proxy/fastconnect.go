@@ -27,6 +27,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"runtime"
@@ -193,8 +194,14 @@ func (p *Proxy) serveFirst(hc *headConn, hand func(net.Conn) bool) {
 		ch, ok = hc.takeConnect()
 	}
 	if !ok && !p.cfg.DisableHTTP1FastPath {
-		if raw, buf, strict := hc.takeRequest(); strict {
+		raw, buf, v := hc.takeRequest()
+		switch v {
+		case headStrict:
 			p.serveExplicitH1(raw, buf, hc.max, hand)
+			return
+		case headRefuse:
+			_, _ = io.WriteString(hc, badRequest)
+			_ = hc.Close()
 			return
 		}
 	}
@@ -317,22 +324,26 @@ func requestIDFrom(id string, present bool) string {
 	return requestID(nil)
 }
 
-// takeRequest returns the connection and every byte read from it when its first head is an
-// absolute-form request in the fast path's subset (parseRequestHead) and nothing went wrong
-// reading it; the headConn gives them up.
-func (c *headConn) takeRequest() (net.Conn, []byte, bool) {
+// takeRequest returns the connection and every byte read from it (headStrict) when its
+// first head is an absolute-form request in the fast path's subset (parseRequestHead) and
+// nothing went wrong reading it; the headConn gives them up. headRefuse is a head to refuse
+// (ambiguous framing); headHandOff leaves the connection to net/http.
+func (c *headConn) takeRequest() (net.Conn, []byte, headVerdict) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	end := headEnd(c.buf, 0)
 	if len(c.heads) != 1 || c.err != nil || end < 0 {
-		return nil, nil, false
+		return nil, nil, headHandOff
 	}
-	if _, v := parseRequestHead(c.buf[:end], true); v != headStrict {
-		return nil, nil, false
+	switch _, v := parseRequestHead(c.buf[:end], true); {
+	case v == headRefuse || v == headHandOff && ambiguousHead(c.buf[:end]):
+		return nil, nil, headRefuse
+	case v == headHandOff:
+		return nil, nil, headHandOff
 	}
 	buf := c.buf
 	c.buf, c.store, c.heads, c.mode = nil, nil, nil, modePass
-	return c.Conn, buf, true
+	return c.Conn, buf, headStrict
 }
 
 // serveExplicitH1 serves an explicit connection whose first head is in the fast path's

@@ -484,3 +484,27 @@ func truncate(b []byte) []byte {
 	}
 	return b
 }
+
+// ambiguousHead reports whether a request head outside the subset is one net/http would
+// accept by normalising it, where the request's framing is in doubt: an obs-fold line
+// (RFC 9112 section 5.2 lets a server refuse it, net/http joins it) or Content-Length with
+// Transfer-Encoding (section 6.3: "ought to be handled as an error", net/http drops
+// Content-Length). The fast path refuses these with 400 before handing a head over, so no
+// head that a front end and a back end might frame differently reaches net/http either.
+func ambiguousHead(head []byte) bool {
+	cl, te := false, false
+	lines := bytes.Split(head, []byte("\n"))
+	for i, line := range lines {
+		if i == 0 || len(line) == 0 {
+			continue
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return i < len(lines)-2 || len(bytes.TrimSpace(line)) > 0 // a folded line, not the blank one
+		}
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		name = bytes.TrimRight(name, " \t")
+		cl = cl || bytes.EqualFold(name, []byte("Content-Length"))
+		te = te || bytes.EqualFold(name, []byte("Transfer-Encoding"))
+	}
+	return cl && te
+}

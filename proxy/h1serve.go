@@ -14,9 +14,9 @@ package proxy
 // its life, with every byte from that head on (nothing of it was consumed here). So a keep-
 // alive connection whose third request needs net/http is served by both in turn, and no byte
 // is ever parsed by both parsers: net/http answers a malformed head exactly as it always has.
-// The only head the fast path refuses itself is one framing its body both ways
-// (Content-Length and Transfer-Encoding), with net/http's 400 answer and a close: net/http
-// would accept it, dropping Content-Length.
+// The only heads the fast path refuses itself are those whose framing is in doubt and which
+// net/http would accept by normalising them (Content-Length with Transfer-Encoding, obs-fold,
+// see ambiguousHead), with net/http's 400 answer and a close.
 
 import (
 	"bufio"
@@ -91,6 +91,9 @@ func (c *h1Conn) serve() (handOff bool, rest []byte) {
 			return false, nil // gone, or idle too long: net/http closes these without an answer
 		}
 		req, verdict := parseRequestHead(head, c.absolute)
+		if verdict == headHandOff && ambiguousHead(head) {
+			verdict = headRefuse
+		}
 		switch verdict {
 		case headHandOff:
 			return true, c.in.buffered()

@@ -169,7 +169,10 @@ func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, err
 		u.in.consume(len(head))
 		switch {
 		case h.status == http.StatusSwitchingProtocols:
-			return nil, fmt.Errorf("upstream switched protocols unasked: %w", errFraming)
+			// Never asked for (Upgrade goes to net/http): the exchange refuses it as
+			// net/http's path does (upgrade_unsupported), and the connection is closed.
+			h.close = true
+			return u.response(r, h), nil
 		case h.status/100 == 1:
 			if n >= max1xx {
 				return nil, fmt.Errorf("more than %d informational responses: %w", max1xx, errFraming)
@@ -207,7 +210,7 @@ func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
 	}
 	b := &upstreamBody{u: u, resp: resp}
 	switch {
-	case r.Method == http.MethodHead || h.status == http.StatusNoContent || h.status == http.StatusNotModified:
+	case r.Method == http.MethodHead || h.status/100 == 1 || h.status == http.StatusNoContent || h.status == http.StatusNotModified:
 		b.r, b.done = eofReader{}, true
 		if r.Method != http.MethodHead {
 			resp.ContentLength = 0
