@@ -133,6 +133,7 @@ func (f *fieldState) request(r *h1Request, name, value []byte) headVerdict {
 			return headHandOff
 		}
 		f.te = true
+		return headStrict // net/http keeps it out of the header map (Request.TransferEncoding)
 	case "Connection":
 		switch {
 		case bytes.EqualFold(value, []byte("close")):
@@ -267,8 +268,12 @@ func parseResponseHead(head []byte) (h1Response, error) {
 		}
 		r.header[key] = append(r.header[key], string(value))
 	}
-	if r.te && r.cl >= 0 {
+	switch {
+	case r.te && r.cl >= 0:
 		return r, fmt.Errorf("response has Content-Length and Transfer-Encoding: %w", errFraming)
+	case r.te && r.proto == "HTTP/1.0":
+		// RFC 9112 section 6.1: faulty framing (net/http ignores the field instead).
+		return r, fmt.Errorf("HTTP/1.0 response with Transfer-Encoding: %w", errFraming)
 	}
 	return r, nil
 }

@@ -208,6 +208,7 @@ func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
 			}
 		}
 	}
+	delete(h.header, "Trailer") // as net/http: the names are resp.Trailer's keys
 	b := &upstreamBody{u: u, resp: resp}
 	switch {
 	case r.Method == http.MethodHead || h.status/100 == 1 || h.status == http.StatusNoContent || h.status == http.StatusNotModified:
