@@ -131,6 +131,7 @@ func limitFlags(fs *cli.FlagSet, l *sidecar.Limits) {
 	fs.DurationVar(&l.ResponseHeaderTimeout, "response-header-timeout", proxy.DefaultResponseHeaderTimeout, "wait this long for upstream response headers (504 when exceeded)")
 	fs.IntVar(&l.MaxHeaderBytes, "max-header-bytes", proxy.DefaultMaxHeaderBytes, "largest request header block accepted")
 	fs.Int64Var(&l.MaxRequestBodyBytes, "max-request-body", proxy.DefaultMaxRequestBodyBytes, "largest request body accepted (413 beyond)")
+	fs.StringVar(&l.HTTP1FastPath, "http1-fastpath", "auto", "auto: HTTP/1.1 requests in intercepted tunnels and absolute-form http:// requests go through the proxy's strict forwarder (anything outside its subset through net/http); off: all through net/http")
 }
 
 // credentialFlags registers the credential broker's flags.

@@ -105,6 +105,10 @@ type Limits struct {
 	ResponseHeaderTimeout time.Duration
 	MaxHeaderBytes        int
 	MaxRequestBodyBytes   int64
+	// HTTP1FastPath is auto (the proxy's strict HTTP/1.1 forwarder, handing what it does
+	// not take to net/http) or off (net/http for every request) (--http1-fastpath); "" is
+	// auto.
+	HTTP1FastPath string
 }
 
 // AuditConfig is the audit file's part of Config. Zero values: no rotation, the signing key
@@ -189,6 +193,11 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel)
+	}
+	switch c.Limits.HTTP1FastPath {
+	case "", "auto", "off":
+	default:
+		return fmt.Errorf("--http1-fastpath %q: use auto or off", c.Limits.HTTP1FastPath)
 	}
 	return c.UpstreamProxy.validate(c.Vault.Addr)
 }

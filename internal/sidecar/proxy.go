@@ -43,6 +43,7 @@ func (p *proxyComponent) start(context.Context) error {
 		ResponseHeaderTimeout: lim.ResponseHeaderTimeout,
 		MaxHeaderBytes:        lim.MaxHeaderBytes,
 		MaxRequestBodyBytes:   lim.MaxRequestBodyBytes,
+		DisableHTTP1FastPath:  lim.HTTP1FastPath == "off",
 	})
 	if err != nil {
 		return err
