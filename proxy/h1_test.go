@@ -40,7 +40,8 @@ const h1Egress = `    - name: api
 // rawUpstream is an upstream that keeps the exact bytes of every request it reads and
 // answers from a table of raw responses, by path (the path's last segment).
 type rawUpstream struct {
-	ln net.Listener
+	ln     net.Listener
+	closed chan struct{} // a signal per connection closed after a "silent" answer
 
 	// mu guards reqs.
 	mu   sync.Mutex
@@ -85,7 +86,7 @@ func newRawUpstream(t testing.TB, h *harness, addr netip.Addr, port uint16, k *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &rawUpstream{ln: ln}
+	u := &rawUpstream{ln: ln, closed: make(chan struct{}, 16)}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -154,6 +155,11 @@ func (u *rawUpstream) serveConn(c net.Conn) {
 			answer = fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 		}
 		if _, err := io.WriteString(c, answer); err != nil || name == "close" || name == "upgrade" {
+			return
+		}
+		if name == "silent" { // a server closing a kept-alive connection, as idle ones do
+			c.Close()
+			u.closed <- struct{}{}
 			return
 		}
 	}
@@ -463,5 +469,38 @@ func TestH1SmugglingRefused(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestH1UpstreamClosedIdle: an upstream closes a kept-alive connection without a word (as
+// servers do with idle ones); the next request, with a body, goes on a new connection.
+func TestH1UpstreamClosedIdle(t *testing.T) {
+	pp := newH1Pair(t)
+	tc, err := pp.fast.tunnelTLS("api.test:443", "api.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	br := bufio.NewReader(tc)
+	send := func(raw, method string) string {
+		if _, err := io.WriteString(tc, raw); err != nil {
+			t.Fatal(err)
+		}
+		return exchangeRawRest(br, []string{method})[0]
+	}
+	if got := send(get1("/ok/silent"), "GET"); !strings.HasPrefix(got, "200") {
+		t.Fatalf("first answer %q", got)
+	}
+	<-pp.fastUp.closed
+	got := send("POST /ok/after HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\n\r\nhi", "POST")
+	if !strings.HasPrefix(got, "200") || !strings.Contains(got, "/ok/after") {
+		t.Fatalf("POST after the upstream closed: %q, want 200", got)
+	}
+	if got := send(get1("/ok/silent"), "GET"); !strings.HasPrefix(got, "200") {
+		t.Fatalf("third answer %q", got)
+	}
+	<-pp.fastUp.closed
+	if got := send(get1("/ok/last"), "GET"); !strings.HasPrefix(got, "200") {
+		t.Fatalf("GET after the upstream closed: %q, want 200", got)
 	}
 }

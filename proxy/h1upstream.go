@@ -74,8 +74,8 @@ func (u *h1Upstream) RoundTrip(r *http.Request) (*http.Response, error) {
 	if x == nil {
 		return nil, errNoExchange
 	}
-	if u.conn != nil && (u.pol != x.pol || !u.usable || len(u.in.buffered()) > 0) {
-		u.close() // dialled under another policy, or left in doubt (extra bytes)
+	if u.conn != nil && (u.pol != x.pol || !u.usable || len(u.in.buffered()) > 0 || !idleConnAlive(u.conn)) {
+		u.close() // dialled under another policy, left in doubt (extra bytes), or closed by its server
 	}
 	for retried := false; ; retried = true {
 		reused := u.conn != nil
@@ -281,4 +281,40 @@ func (u *h1Upstream) close() {
 		_ = u.conn.Close()
 	}
 	u.conn, u.in, u.usable = nil, nil, false
+}
+
+// idleConnAlive reports whether an idle upstream connection can carry a request: its server
+// has neither closed it nor sent anything unasked (a peek that does not wait, one system
+// call). net/http's Transport learns the same from the read goroutine it keeps on every
+// connection; a request with a body could not be sent again on a fresh connection after
+// finding out the hard way. A connection that is no TCP socket (through an upstream proxy)
+// is taken as alive; a request without a body is sent again if it was not (RoundTrip).
+func idleConnAlive(c net.Conn) bool {
+	for {
+		switch cc := c.(type) {
+		case *tls.Conn:
+			c = cc.NetConn()
+			continue
+		case *checkedConn:
+			c = cc.Conn
+			continue
+		}
+		break
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := false
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		alive = errors.Is(err, syscall.EAGAIN) // nothing to read: neither bytes nor the end
+		return true // never wait for readiness
+	})
+	return err == nil && alive
 }
