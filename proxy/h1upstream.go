@@ -314,7 +314,7 @@ func idleConnAlive(c net.Conn) bool {
 		var b [1]byte
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		alive = errors.Is(err, syscall.EAGAIN) // nothing to read: neither bytes nor the end
-		return true // never wait for readiness
+		return true                            // never wait for readiness
 	})
 	return err == nil && alive
 }
