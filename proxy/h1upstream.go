@@ -74,7 +74,7 @@ func (u *h1Upstream) RoundTrip(r *http.Request) (*http.Response, error) {
 	if x == nil {
 		return nil, errNoExchange
 	}
-	if u.conn != nil && (u.pol != x.pol || !u.usable || len(u.in.buffered()) > 0 || !idleConnAlive(u.conn)) {
+	if u.conn != nil && (u.pol != x.pol || !u.usable || len(u.in.buffered()) > 0 || !replayable(r) && !idleConnAlive(u.conn)) {
 		u.close() // dialled under another policy, left in doubt (extra bytes), or closed by its server
 	}
 	for retried := false; ; retried = true {
@@ -92,10 +92,25 @@ func (u *h1Upstream) RoundTrip(r *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		u.close()
-		if !errors.Is(err, errStale) || retried || (r.Body != nil && r.Body != http.NoBody) {
+		if !errors.Is(err, errStale) || retried || !replayable(r) {
 			return nil, err
 		}
 	}
+}
+
+// replayable reports whether r may be sent again after its connection turned out closed:
+// no body, and a method that is safe to repeat (as net/http's Transport decides).
+func replayable(r *http.Request) bool {
+	if r.Body != nil && r.Body != http.NoBody {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, key := r.Header["Idempotency-Key"]
+	_, xkey := r.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 // connect dials the origin (and shakes hands with it over TLS, verifying its certificate).
@@ -286,9 +301,10 @@ func (u *h1Upstream) close() {
 // idleConnAlive reports whether an idle upstream connection can carry a request: its server
 // has neither closed it nor sent anything unasked (a peek that does not wait, one system
 // call). net/http's Transport learns the same from the read goroutine it keeps on every
-// connection; a request with a body could not be sent again on a fresh connection after
-// finding out the hard way. A connection that is no TCP socket (through an upstream proxy)
-// is taken as alive; a request without a body is sent again if it was not (RoundTrip).
+// connection; a request that is not replayable (a body, or a method not safe to repeat)
+// could not be sent again after finding out the hard way, so it is checked first (a
+// replayable one is simply sent again, RoundTrip). A connection that is no TCP socket
+// (through an upstream proxy) is taken as alive.
 func idleConnAlive(c net.Conn) bool {
 	for {
 		switch cc := c.(type) {

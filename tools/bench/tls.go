@@ -24,13 +24,14 @@ var tlsLegNames = []string{targetDirect, targetAirlock, "squid"}
 
 // tlsEnv is what the HTTPS section's legs share.
 type tlsEnv struct {
-	e        *env
-	dir      string
-	pki      *tlsPKI
-	upstream string // 127.0.0.1:port of the TLS upstream child
-	up       *proc
-	dns      *benchDNS
-	roots    *x509.CertPool // the upstream CA, Squid's and airlock's
+	e         *env
+	dir       string
+	pki       *tlsPKI
+	upstream  string // 127.0.0.1:port of the TLS upstream child
+	up        *proc
+	dns       *benchDNS
+	roots     *x509.CertPool // the upstream CA, Squid's and airlock's
+	squidConf []byte         // the configuration Squid ran with, printed in the report
 }
 
 // tlsLeg is one target of the HTTPS section.
@@ -116,6 +117,21 @@ func tlsTests(cfg config) []*tlsTest {
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runKeepAlive(ctx, c, cfg.tlsConns, d)
+			}},
+		{name: "intercepted POST 1-4 KiB JSON, Content-Length", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+			direct: func(c *tlsClient) { c.inject = true },
+			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
+				return runPosts(ctx, c, cfg.tlsConns, d, false)
+			}},
+		{name: "intercepted POST 1-4 KiB JSON, chunked", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+			direct: func(c *tlsClient) { c.inject = true },
+			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
+				return runPosts(ctx, c, cfg.tlsConns, d, true)
+			}},
+		{name: "intercepted chunked gzip response", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+			direct: func(c *tlsClient) { c.inject = true },
+			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
+				return runGzip(ctx, c, cfg.tlsConns, d)
 			}},
 		{name: "intercepted h2 (h2load)", unit: "req/s", legs: []string{targetDirect, targetAirlock},
 			direct: func(c *tlsClient) { c.inject = true },

@@ -92,6 +92,7 @@ func (te *tlsEnv) startSquid(ctx context.Context, dir string) (*proxyRun, error)
 	if err := os.WriteFile(conf, body, 0o644); err != nil {
 		return nil, err
 	}
+	te.squidConf = body
 	p, err := startListening(ctx, "squid", exec.Command(bin, "-N", "-d1", "-f", conf), dir, addr)
 	if err != nil {
 		return nil, err

@@ -134,6 +134,9 @@ func runTLSUpstreamChild() int {
 			http.Error(w, "no injected credential", http.StatusForbidden)
 			return
 		}
+		if serveShape(w, r, &served) {
+			return
+		}
 		served.Add(1)
 		if r.URL.Path != bulkPath {
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)))

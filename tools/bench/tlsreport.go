@@ -57,6 +57,15 @@ func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tls
 	for _, o := range outs {
 		printTLSTest(w, o)
 	}
+	if len(te.squidConf) > 0 {
+		// Frozen in the bench (squidBumpConf): one worker (-N), the access log through the
+		// logfile daemon, peek at step 1, bump the intercepted host, splice the rest.
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Squid's configuration in this run (squid -N: one worker):")
+		for _, line := range strings.Split(strings.TrimSpace(string(te.squidConf)), "\n") {
+			fmt.Fprintln(w, "  | "+line)
+		}
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "DNS queries the bench's DNS server answered (airlock's resolver; Squid reads hosts_file): %d\n", te.dns.queries.Load())
 	for _, l := range legs {
