@@ -73,7 +73,9 @@ type Logger struct {
 	downSince   time.Time
 	closed      bool
 	exited      bool
-	recent      []string // encoded (and redacted) lines, a ring
+	// recent holds encoded (and redacted) lines, a ring; each slot's memory is reused by the
+	// line that replaces it, so keeping them costs no allocation per event.
+	recent [][]byte
 	next        int
 	full        bool
 
@@ -141,7 +143,7 @@ func New(o Options) (*Logger, error) {
 		o.FloodInterval = DefaultFloodInterval
 	}
 	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, opts: o, primary: w,
-		recent: make([]string, o.Keep), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
+		recent: make([][]byte, o.Keep), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
 	if o.File != "" {
 		f, err := openLogFile(o.File, o.Now)
 		if err != nil {
@@ -219,7 +221,10 @@ func (l *Logger) enqueue(e Event, refuseDown bool) (uint64, error) {
 	line := l.pending[start : len(l.pending)-1]
 	l.prev = sha256Line(line)
 	if len(l.recent) > 0 {
-		l.recent[l.next] = string(line)
+		if cap(l.recent[l.next]) > maxRecentSlot {
+			l.recent[l.next] = nil // an unusually large line grew it: let it go
+		}
+		l.recent[l.next] = append(l.recent[l.next][:0], line...)
 		l.next = (l.next + 1) % len(l.recent)
 		l.full = l.full || l.next == 0
 	}
@@ -229,6 +234,9 @@ func (l *Logger) enqueue(e Event, refuseDown bool) (uint64, error) {
 	}
 	return l.seq, nil
 }
+
+// maxRecentSlot is the largest buffer a slot of the recent ring keeps for reuse.
+const maxRecentSlot = 4 << 10
 
 // lineBufs holds encoding buffers, so that Log (which copies the line into pending) does not
 // allocate one per event.
@@ -253,7 +261,7 @@ func (l *Logger) Recent() []map[string]any {
 	}
 	lines := make([]string, 0, n)
 	for i := 1; i <= n; i++ {
-		lines = append(lines, l.recent[(l.next-i+len(l.recent))%len(l.recent)])
+		lines = append(lines, string(l.recent[(l.next-i+len(l.recent))%len(l.recent)]))
 	}
 	l.mu.Unlock()
 	out := make([]map[string]any, 0, len(lines))

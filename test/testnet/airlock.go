@@ -198,6 +198,10 @@ func (w *World) StartAirlock(t testing.TB, cfg AirlockConfig) *Airlock {
 		"SSL_CERT_FILE=" + w.CA.File,
 		"SSL_CERT_DIR=" + emptyDir,
 	}, cfg.Env...)
+	if v := os.Getenv("AIRLOCK_HTTP1_FASTPATH"); v != "" {
+		// The e2e suite runs with the proxy's HTTP/1.1 fast path on (auto) and off.
+		a.cmd.Env = append(a.cmd.Env, "AIRLOCK_HTTP1_FASTPATH="+v)
+	}
 	a.cmd.Stdout = a.Stdout
 	a.cmd.Stderr = a.Stderr
 	// If the test process dies, so does airlock.
@@ -263,6 +267,7 @@ func (a *Airlock) stop(t testing.TB) {
 			t.Errorf("airlock exited while the test was running: %v", a.err)
 		}
 	default:
+		a.tallyPaths(t)
 		_ = a.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-a.done:
@@ -560,4 +565,35 @@ func (a *Airlock) WaitLog(t testing.TB, from int, what string, match func(string
 		t.Fatalf("no %s in airlock's log within %v (the log is printed at the end of the test)", what, EventTimeout)
 	}
 	return line
+}
+
+// tallyPaths appends the process's airlock_proxy_http1_requests_total lines to the file
+// AIRLOCK_TEST_PATH_TALLY names, when it is set: the fast path's share over a test run is
+// summed from it. Best effort: a scrape that fails adds nothing.
+func (a *Airlock) tallyPaths(t testing.TB) {
+	file := os.Getenv("AIRLOCK_TEST_PATH_TALLY")
+	if file == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.AdminAddr+"/metrics", nil)
+	resp, err := a.ns.HTTPClient(t, nil).Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out strings.Builder
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "airlock_proxy_http1_requests_total{") {
+			out.WriteString(line + "\n")
+		}
+	}
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(out.String())
 }
