@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // h1Egress intercepts api.test (L7 rules, an injected header) and allows plain.test:80.
@@ -502,5 +504,33 @@ func TestH1UpstreamClosedIdle(t *testing.T) {
 	<-pp.fastUp.closed
 	if got := send(get1("/ok/last"), "GET"); !strings.HasPrefix(got, "200") {
 		t.Fatalf("GET after the upstream closed: %q, want 200", got)
+	}
+}
+
+// crlfInjector injects a value holding CR, LF or NUL (a secret store returned garbage, or
+// an attacker who could write one).
+type crlfInjector struct{ value string }
+
+func (i crlfInjector) Inject(r *http.Request, _ policy.Decision) error {
+	r.Header.Set("Authorization", i.value)
+	return nil
+}
+
+// TestH1InjectedControlBytesRefused: on both paths an injected value holding CR, LF or NUL
+// never goes upstream (net/http's Transport refuses it; the fast path checks as it does).
+func TestH1InjectedControlBytesRefused(t *testing.T) {
+	pol := mustPolicy(t, policyDoc("h1", "enforce", h1Egress))
+	for _, v := range []string{"Bearer a\r\nX-Evil: 1", "Bearer a\nX-Evil: 1", "Bearer a\x00b"} {
+		for _, off := range []bool{false, true} {
+			h := newHarness(t, pol, func(c *Config) { c.Injector = crlfInjector{v}; c.DisableHTTP1FastPath = off })
+			up := newRawUpstream(t, h, addrAPI, 443, h.upstream, "api.test")
+			got := exchangeRaw(t, h, false, get1("/ok/x"), "GET")
+			if !strings.HasPrefix(got[0], "502") {
+				t.Errorf("value %q, fast path off %v: answer %q, want 502", v, off, got[0])
+			}
+			if reqs := up.requests(); len(reqs) != 0 {
+				t.Errorf("value %q, fast path off %v: upstream got %q", v, off, reqs)
+			}
+		}
 	}
 }

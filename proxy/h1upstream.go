@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -146,6 +148,9 @@ func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
 
 // exchange writes r and reads the response head, skipping informational responses.
 func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, error) {
+	if err := validHeader(r.Header); err != nil {
+		return nil, err
+	}
 	var rec *trackedBody
 	if r.Body != nil && r.Body != http.NoBody {
 		rec = &trackedBody{r: r.Body}
@@ -196,6 +201,24 @@ func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, err
 		}
 		return u.response(r, h), nil
 	}
+}
+
+// validHeader refuses a request whose fields could not go on the wire as they are (a value
+// holding CR, LF or NUL, an injected credential among them), as net/http's Transport does
+// before it writes: Request.Write alone would turn CR and LF into spaces and pass NUL.
+// The error names the field, never its value.
+func validHeader(h http.Header) error {
+	for k, vs := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("net/http: invalid header field name %q", k)
+		}
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("net/http: invalid header field value for %q", k)
+			}
+		}
+	}
+	return nil
 }
 
 // isStale reports whether err is the end of a connection its server closed.
