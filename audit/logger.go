@@ -63,6 +63,7 @@ type Logger struct {
 	pending     []byte
 	spare       []byte
 	seq         uint64   // the last sequence number given out
+	committed   uint64   // the last sequence number given to a Commit caller
 	prev        [32]byte // the hash of line seq
 	written     uint64   // the last sequence number written to the primary sink
 	writtenHash [32]byte
@@ -215,6 +216,9 @@ func (l *Logger) enqueue(e Event, refuseDown bool) (uint64, error) {
 		return 0, ErrClosed
 	}
 	l.seq++
+	if refuseDown {
+		l.committed = l.seq
+	}
 	start := len(l.pending)
 	l.pending = append(l.pending, body...)
 	l.pending = appendTail(l.pending, l.seq, &l.prev)

@@ -80,6 +80,7 @@ func (l *Logger) writeLoop() {
 	defer mirrorDue.Stop()
 	for {
 		l.await(tick.C, mirrorDue)
+		l.gather(rest)
 		ok, closed := l.flush()
 		l.maintain(closed)
 		if closed {
@@ -127,6 +128,26 @@ func (l *Logger) rest(t *time.Timer) {
 	case <-t.C:
 	case <-l.urgent:
 		t.Stop() // Go 1.23 timers: Reset and Stop discard a stale tick, no drain needed
+	}
+}
+
+// gather lets events queued by Log wait up to a linger for company before they are written,
+// unless a Commit caller is waiting (then at once). Under the proxy's load the completion
+// event of one request and the decision event of the next then share a write instead of
+// taking one each: a write is a system call, and the writer's writes were about a tenth
+// of the proxy's CPU per intercepted request (make bench, profile).
+func (l *Logger) gather(t *time.Timer) {
+	l.mu.Lock()
+	waiting := l.committed > l.written && l.writeErr == nil
+	l.mu.Unlock()
+	if waiting {
+		return
+	}
+	t.Reset(linger)
+	select {
+	case <-t.C:
+	case <-l.urgent:
+		t.Stop()
 	}
 }
 
