@@ -390,6 +390,7 @@ func (x *exchange) outcome() (string, policy.Decision) {
 // finish writes the exchange's audit event and metrics, once.
 func (x *exchange) finish() {
 	x.once.Do(func() {
+		x.p.metrics.countPath(x.o.path) // before the event: a test that saw the event sees the count
 		decision, d := x.outcome()
 		ev := x.event(decision, d)
 		x.mu.Lock()
@@ -399,7 +400,6 @@ func (x *exchange) finish() {
 			x.p.cfg.Audit.Log(ev)
 		}
 		x.p.metrics.observe(kindHTTP, decision, d.Rule, ev.Duration)
-		x.p.metrics.countPath(x.o.path)
 		if t := x.o.tunnel; t != nil {
 			t.up.Add(ev.BytesUp)
 			t.down.Add(ev.BytesDown)

@@ -403,6 +403,7 @@ func TestH1HandOff(t *testing.T) {
 	if n := len(pp.fastUp.requests()); n != 4 {
 		t.Errorf("upstream got %d requests, want 4", n)
 	}
+	pp.fast.log.wait(t, 4) // each request's canonical event: its path is counted by then
 	strict := pp.fast.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathStrict})
 	netHTTP := pp.fast.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathNetHTTP})
 	if strict != 2 || netHTTP != 2 {
@@ -532,5 +533,28 @@ func TestH1InjectedControlBytesRefused(t *testing.T) {
 				t.Errorf("value %q, fast path off %v: upstream got %q", v, off, reqs)
 			}
 		}
+	}
+}
+
+// TestH1ExplicitHandOff: on the explicit listener, an HTTP/1.0 request after a fast-path one
+// goes to net/http with the rest of the connection, and both are answered and forwarded.
+func TestH1ExplicitHandOff(t *testing.T) {
+	pp := newH1Pair(t)
+	raw := "GET http://plain.test/ok/1 HTTP/1.1\r\nHost: plain.test\r\n\r\n" +
+		"GET http://plain.test/ok/2 HTTP/1.0\r\nHost: plain.test\r\n\r\n"
+	got := exchangeRaw(t, pp.fast, true, raw, "GET", "GET")
+	for i, want := range []string{"/ok/1", "/ok/2"} {
+		if i >= len(got) || !strings.HasPrefix(got[i], "200") || !strings.Contains(got[i], want) {
+			t.Fatalf("response %d = %q, want 200 with %s", i, got, want)
+		}
+	}
+	if n := len(pp.fastPlain.requests()); n != 2 {
+		t.Errorf("upstream got %d requests, want 2", n)
+	}
+	pp.fast.log.wait(t, 2) // each request's canonical event: its path is counted by then
+	strict := pp.fast.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathStrict})
+	netHTTP := pp.fast.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathNetHTTP})
+	if strict != 1 || netHTTP != 1 {
+		t.Errorf("paths: strict %v, nethttp %v; want 1 and 1", strict, netHTTP)
 	}
 }
