@@ -62,6 +62,7 @@ var rawAnswers = map[string]string{
 	"head":    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1234\r\n\r\n",
 	"status":  "HTTP/1.1 299 Whatever\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\r\n",
 	"gzip":    gzipAnswer(),
+	"extra":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nforged",
 	// Framing errors: 502 on the fast path.
 	"cl+te":    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 	"te-gzip":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
@@ -556,5 +557,16 @@ func TestH1ExplicitHandOff(t *testing.T) {
 	netHTTP := pp.fast.metric("airlock_proxy_http1_requests_total", map[string]string{"path": pathNetHTTP})
 	if strict != 1 || netHTTP != 1 {
 		t.Errorf("paths: strict %v, nethttp %v; want 1 and 1", strict, netHTTP)
+	}
+}
+
+// TestH1UpstreamExtraBytes: an upstream that sends more than its response frames (a second,
+// unasked response) loses its connection: the next request goes on a new one, and the extra
+// bytes never reach the client as an answer.
+func TestH1UpstreamExtraBytes(t *testing.T) {
+	pp := newH1Pair(t)
+	got := exchangeRaw(t, pp.fast, false, get1("/ok/extra")+get1("/ok/next"), "GET", "GET")
+	if len(got) != 2 || !strings.Contains(got[0], `body "ok"`) || !strings.Contains(got[1], "/ok/next") {
+		t.Fatalf("answers %q, want ok then /ok/next", got)
 	}
 }
