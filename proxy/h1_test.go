@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -568,5 +569,44 @@ func TestH1UpstreamExtraBytes(t *testing.T) {
 	got := exchangeRaw(t, pp.fast, false, get1("/ok/extra")+get1("/ok/next"), "GET", "GET")
 	if len(got) != 2 || !strings.Contains(got[0], `body "ok"`) || !strings.Contains(got[1], "/ok/next") {
 		t.Fatalf("answers %q, want ok then /ok/next", got)
+	}
+}
+
+// TestH1RequestBodyStreams: a chunked request body that arrives bit by bit reaches the
+// upstream as it arrives, not when it ends (the fast path coalesces writes only while the
+// client's bytes are already there).
+func TestH1RequestBodyStreams(t *testing.T) {
+	pol := mustPolicy(t, policyDoc("h1", "enforce", h1Egress))
+	h := newHarness(t, pol, func(c *Config) { c.Injector = injector{} })
+	first := make(chan string, 1)
+	h.route(addrAPI, 443, h.upstream.tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 5)
+		_, err := io.ReadFull(r.Body, buf)
+		first <- fmt.Sprintf("%s %v", buf, err)
+		rest, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "rest %s", rest)
+	}), "api.test"))
+	tc, err := h.tunnelTLS("api.test:443", "api.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if _, err := io.WriteString(tc, "POST /ok/stream HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-first:
+		if got != "hello <nil>" {
+			t.Fatalf("upstream read %q", got)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the first chunk did not reach the upstream before the body ended")
+	}
+	if _, err := io.WriteString(tc, "6\r\n world\r\n0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := exchangeRawRest(bufio.NewReader(tc), []string{"POST"})
+	if !strings.HasPrefix(got[0], "200") || !strings.Contains(got[0], "rest  world") {
+		t.Fatalf("answer %q", got)
 	}
 }

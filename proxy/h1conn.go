@@ -14,6 +14,10 @@ type connReader struct {
 	c    net.Conn
 	buf  []byte
 	r, w int
+	// onBlock, when set, runs before a read that may wait for the connection: while a
+	// request body is forwarded, it flushes what was written upstream so far, so a body
+	// that arrives at once goes out in one write and a body that trickles in still streams.
+	onBlock func()
 }
 
 func newConnReader(c net.Conn, prefix []byte) *connReader {
@@ -48,6 +52,9 @@ func (b *connReader) fill(limit int) error {
 			b.buf = grown
 		}
 		b.r, b.w = 0, n
+	}
+	if b.onBlock != nil {
+		b.onBlock()
 	}
 	n, err := b.c.Read(b.buf[b.w:])
 	b.w += n
@@ -124,6 +131,9 @@ func (b *connReader) Read(p []byte) (int, error) {
 		n := copy(p, b.buf[b.r:b.w])
 		b.consume(n)
 		return n, nil
+	}
+	if b.onBlock != nil {
+		b.onBlock()
 	}
 	return b.c.Read(p)
 }

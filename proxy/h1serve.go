@@ -150,7 +150,11 @@ func (c *h1Conn) serveRequest(h h1Request) bool {
 			return false
 		}
 		removeProxyHeaders(r)
+		if body != nil {
+			c.in.onBlock = c.flushUpstream
+		}
 		resp, _ = x.RoundTrip(r, gctx) // it answers every failure itself
+		c.in.onBlock = nil
 	}
 	keep := !h.close && !c.draining.Load()
 	if body != nil && !body.done && (h.bodyLen < 0 || h.bodyLen > maxDrainBytes || body.err != nil) {
@@ -213,6 +217,13 @@ func (c *h1Conn) upstream(key string, build func() *h1Upstream) *h1Upstream {
 		c.up.key = key
 	}
 	return c.up
+}
+
+// flushUpstream sends what was written to the upstream so far (connReader.onBlock).
+func (c *h1Conn) flushUpstream() {
+	if u := c.up; u != nil && u.out != nil && u.conn != nil && u.out.Buffered() > 0 {
+		_ = u.out.Flush() // a failure shows in the next write
+	}
 }
 
 // removeProxyHeaders drops what goproxy drops before forwarding (Proxy-* and Connection).

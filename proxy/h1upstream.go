@@ -159,7 +159,10 @@ func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, err
 			io.Closer
 		}{rec, r.Body}
 	}
-	err := r.Write(u.out)
+	// Not the *bufio.Writer itself: Request.Write would flush it after every chunk of a
+	// chunked body (one write per chunk); connReader.onBlock flushes when the client's
+	// bytes run out instead.
+	err := r.Write(unflushed{u.out})
 	if err == nil {
 		err = u.out.Flush()
 	}
@@ -220,6 +223,9 @@ func validHeader(h http.Header) error {
 	}
 	return nil
 }
+
+// unflushed hides a *bufio.Writer's type from Request.Write (see exchange).
+type unflushed struct{ *bufio.Writer }
 
 // isStale reports whether err is the end of a connection its server closed.
 func isStale(err error) bool {
