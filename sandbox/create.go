@@ -34,7 +34,17 @@ type creation struct {
 	profileDoc []byte // the built-in profile's policy file, written once the name is reserved
 	began      time.Time
 	warn       *Warning
-	idBase     uint32 // where the search for a free uid range starts
+	idBase     uint32       // where the search for a free uid range starts
+	created    <-chan error // the runtime's create of a OnceProcess container, until awaited
+	createErr  error        // its outcome, once awaited
+}
+
+// awaitCreate waits for the runtime's create of the container (a OnceProcess), once.
+func (c *creation) awaitCreate() error {
+	if c.created != nil {
+		c.createErr, c.created = <-c.created, nil
+	}
+	return c.createErr
 }
 
 // createSteps is the table Create runs in order and undoes in reverse. The kernel programs are
@@ -51,6 +61,33 @@ func (m *Manager) createSteps() []createStep {
 		{"kernel", m.doKernel, nil},
 		{"container", m.doContainer, m.undoContainer},
 	}
+}
+
+// stepsFor is createSteps, but for a container made with its one command (OnceProcess): the
+// runtime creates it before the sidecar starts, in the background, so that the two overlap,
+// and a last step waits for it. Its process starts only later (StartOnce), once the kernel
+// programs are attached; until then only the runtime's own code runs in the container.
+func (m *Manager) stepsFor(c *creation) []createStep {
+	steps := m.createSteps()
+	if c.o.OnceProcess == nil {
+		return steps
+	}
+	byName := map[string]createStep{}
+	for _, s := range steps {
+		byName[s.name] = s
+	}
+	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
+		_ = c.awaitCreate() // never delete under a create still running
+		return m.undoContainer(ctx, st)
+	}}
+	created := createStep{"created", func(context.Context, *creation) (string, error) {
+		if err := c.awaitCreate(); err != nil {
+			return "", err
+		}
+		return "the command waits for the sandbox to start it", nil
+	}, nil}
+	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
+		byName["sidecar"], byName["kernel"], created}
 }
 
 // Create builds the sandbox: state file, then the steps of createSteps (network namespace,
@@ -71,7 +108,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*State, error) {
 	if err := m.reserve(c); err != nil {
 		return nil, err
 	}
-	if err := m.build(ctx, c, m.createSteps()); err != nil {
+	if err := m.build(ctx, c, m.stepsFor(c)); err != nil {
 		return nil, err
 	}
 	m.progressf("sandbox %s ready in %s", c.st.Name, time.Since(c.began).Round(time.Millisecond))
@@ -245,12 +282,13 @@ func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error
 		if steps[i].undo == nil {
 			continue
 		}
+		began := time.Now()
 		line, err := steps[i].undo(ctx, st)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if line != "" {
-			m.progressf("  %s", line)
+			m.progressf("  %s (%s)", line, time.Since(began).Round(100*time.Microsecond))
 		}
 	}
 	return errors.Join(errs...)
