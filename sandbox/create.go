@@ -37,6 +37,9 @@ type creation struct {
 	idBase     uint32       // where the search for a free uid range starts
 	created    <-chan error // the runtime's create of a OnceProcess container, until awaited
 	createErr  error        // its outcome, once awaited
+	// deferSupervisor leaves the supervisor's start to the last step (a OnceProcess): on the
+	// way to ready its start-up would take the CPU the sidecar and the runtime need.
+	deferSupervisor bool
 }
 
 // awaitCreate waits for the runtime's create of the container (a OnceProcess), once.
@@ -80,11 +83,22 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		_ = c.awaitCreate() // never delete under a create still running
 		return m.undoContainer(ctx, st)
 	}}
+	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
 			return "", err
 		}
-		return "the command waits for the sandbox to start it", nil
+		if c.st.Network == NetworkNone {
+			return "the command waits for the sandbox to start it", nil
+		}
+		pid, _ := readPid(c.st.sidecarPidFile())
+		if err := m.startSupervisor(c.st, c.o.Env, pid); err != nil {
+			return "", err
+		}
+		if err := m.Store.Save(c.st); err != nil { // the supervisor's pid, for delete and reap
+			return "", err
+		}
+		return fmt.Sprintf("the command waits for the sandbox to start it; supervisor %d", c.st.SupervisorPid), nil
 	}, nil}
 	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
 		byName["sidecar"], byName["kernel"], created}
@@ -410,7 +424,7 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.Store.Save(st); err != nil {
 		return "", err
 	}
-	sidecarDone, err := m.startSidecar(st, c.o.Env)
+	sidecarDone, err := m.startSidecar(st, c.o.Env, !c.deferSupervisor)
 	if err != nil {
 		return "", err
 	}
@@ -424,8 +438,12 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.waitSidecar(ctx, st, sidecarDone, timeout); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("pid %d (supervisor %d), proxy %s:%d, DNS :%d, model API :%d, admin %s",
-		m.sidecarPid(st), st.SupervisorPid, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
+	sup := fmt.Sprintf("supervisor %d", st.SupervisorPid)
+	if c.deferSupervisor {
+		sup = "supervisor once the container is created"
+	}
+	return fmt.Sprintf("pid %d (%s), proxy %s:%d, DNS :%d, model API :%d, admin %s",
+		m.sidecarPid(st), sup, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
 }
 
 // undoSidecar stops the supervisor (which stops its sidecar gracefully: the sidecar revokes
@@ -444,10 +462,10 @@ func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 	return "stopped   sidecar and supervisor", errors.Join(errs...)
 }
 
-// startSidecar starts the first sidecar and its supervisor, both detached, side by side: the
-// supervisor adopts the running sidecar, so its own start-up is not on the path to a ready
-// sandbox.
-func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan struct{}, err error) {
+// startSidecar starts the first sidecar and, withSupervisor, its supervisor, both detached,
+// side by side: the supervisor adopts the running sidecar, so its own start-up is not on the
+// path to a ready sandbox.
+func (m *Manager) startSidecar(st *State, env []string, withSupervisor bool) (sidecarDone <-chan struct{}, err error) {
 	ops := m.ops()
 	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, env, st.LogFile())
 	if err != nil {
@@ -457,13 +475,22 @@ func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan stru
 	if err := writePidFile(st.sidecarPidFile(), pid, start); err != nil {
 		return nil, errors.Join(err, ops.StopProcess(pid, start, 0))
 	}
-	sup, _, err := ops.StartDetached(m.Binary, []string{"sandbox", "supervise", "--state-dir", m.Store.StateRoot, "--adopt", strconv.Itoa(pid), st.Name}, env, st.LogFile())
+	if withSupervisor {
+		return done, m.startSupervisor(st, env, pid)
+	}
+	return done, nil
+}
+
+// startSupervisor starts the supervisor of st, detached, adopting its running sidecar pid.
+func (m *Manager) startSupervisor(st *State, env []string, sidecar int) error {
+	ops := m.ops()
+	sup, _, err := ops.StartDetached(m.Binary, []string{"sandbox", "supervise", "--state-dir", m.Store.StateRoot, "--adopt", strconv.Itoa(sidecar), st.Name}, env, st.LogFile())
 	if err != nil {
-		return done, fmt.Errorf("start supervisor: %w", err)
+		return fmt.Errorf("start supervisor: %w", err)
 	}
 	st.SupervisorPid = sup
 	st.SupervisorTick, _ = ops.ProcStart(sup)
-	return done, nil
+	return nil
 }
 
 // doKernel checks that the sidecar attached and pinned the kernel programs. Production refuses

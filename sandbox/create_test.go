@@ -462,6 +462,9 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(h.calls, "StartContainer") || slices.Contains(h.calls, "RunContainer") {
 		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", h.calls)
 	}
+	if sup := slices.Index(h.calls, "start sandbox"); sup < sidecar || st.SupervisorPid == 0 {
+		t.Errorf("calls %v, supervisor pid %d: want the supervisor started after the sidecar, and recorded", h.calls, st.SupervisorPid)
+	}
 	if !st.Container.Waiting {
 		t.Errorf("state %+v: want the container waiting", st.Container)
 	}
