@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,9 @@ type createStep struct {
 	name string
 	do   func(ctx context.Context, c *creation) (detail string, err error)
 	undo func(ctx context.Context, st *State) (line string, err error)
+	// undoBefore names a step whose undo (later in undo order) needs this undo done; the undos
+	// in between, of resources independent of this one, run beside it. Empty: in order.
+	undoBefore string
 }
 
 // creation is one Create in progress: its options, the state its steps fill in, and what
@@ -56,13 +60,13 @@ func (c *creation) awaitCreate() error {
 // sandbox process is never left running without them.
 func (m *Manager) createSteps() []createStep {
 	return []createStep{
-		{"netns", m.doNetns, m.undoNetns},
-		{"veth", m.doVeth, m.undoVeth},
-		{"cgroup", m.doCgroup, m.undoCgroup},
-		{"files", m.doFiles, m.undoFiles},
-		{"sidecar", m.doSidecar, m.undoSidecar},
-		{"kernel", m.doKernel, nil},
-		{"container", m.doContainer, m.undoContainer},
+		{"netns", m.doNetns, m.undoNetns, ""},
+		{"veth", m.doVeth, m.undoVeth, ""},
+		{"cgroup", m.doCgroup, m.undoCgroup, ""},
+		{"files", m.doFiles, m.undoFiles, ""},
+		{"sidecar", m.doSidecar, m.undoSidecar, ""},
+		{"kernel", m.doKernel, nil, ""},
+		{"container", m.doContainer, m.undoContainer, "cgroup"},
 	}
 }
 
@@ -82,7 +86,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
 		_ = c.awaitCreate() // never delete under a create still running
 		return m.undoContainer(ctx, st)
-	}}
+	}, "cgroup"}
 	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
@@ -99,7 +103,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 			return "", err
 		}
 		return fmt.Sprintf("the command waits for the sandbox to start it; supervisor %d", c.st.SupervisorPid), nil
-	}, nil}
+	}, nil, ""}
 	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
 		byName["sidecar"], byName["kernel"], created}
 }
@@ -289,23 +293,51 @@ func (m *Manager) makeDir(c *creation) error {
 }
 
 // undo runs the undos of steps in reverse, carrying on past a failed one so that one stuck
-// piece does not keep the others, and prints a line for each.
+// piece does not keep the others, and prints a line for each with its time. An undo with
+// undoBefore runs beside the undos up to that step's, which waits for it.
 func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error {
 	var errs []error
-	for i := len(steps) - 1; i >= 0; i-- {
-		if steps[i].undo == nil {
-			continue
+	done := func(r undoResult) {
+		if r.err != nil {
+			errs = append(errs, r.err)
 		}
-		began := time.Now()
-		line, err := steps[i].undo(ctx, st)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if line != "" {
-			m.progressf("  %s (%s)", line, time.Since(began).Round(100*time.Microsecond))
+		if r.line != "" {
+			m.progressf("  %s (%s)", r.line, r.took.Round(100*time.Microsecond))
 		}
 	}
+	pending := map[string]chan undoResult{}
+	for i := len(steps) - 1; i >= 0; i-- {
+		s := steps[i]
+		if ch, ok := pending[s.name]; ok {
+			done(<-ch)
+			delete(pending, s.name)
+		}
+		if s.undo == nil {
+			continue
+		}
+		if s.undoBefore == "" || !slices.ContainsFunc(steps[:i], func(o createStep) bool { return o.name == s.undoBefore }) {
+			done(runUndo(ctx, st, s))
+			continue
+		}
+		ch := make(chan undoResult, 1)
+		pending[s.undoBefore] = ch
+		go func() { ch <- runUndo(ctx, st, s) }()
+	}
 	return errors.Join(errs...)
+}
+
+// undoResult is what one undo did and how long it took.
+type undoResult struct {
+	line string
+	err  error
+	took time.Duration
+}
+
+// runUndo runs s's undo and times it.
+func runUndo(ctx context.Context, st *State, s createStep) undoResult {
+	began := time.Now()
+	line, err := s.undo(ctx, st)
+	return undoResult{line, err, time.Since(began)}
 }
 
 func (m *Manager) doNetns(_ context.Context, c *creation) (string, error) {
