@@ -572,41 +572,48 @@ func TestH1UpstreamExtraBytes(t *testing.T) {
 	}
 }
 
-// TestH1RequestBodyStreams: a chunked request body that arrives bit by bit reaches the
-// upstream as it arrives, not when it ends (the fast path coalesces writes only while the
-// client's bytes are already there).
+// TestH1RequestBodyStreams: a request body that arrives bit by bit reaches the upstream as
+// it arrives, not when it ends, and whole (the fast path coalesces writes only while the
+// client's bytes are already there), chunked or with Content-Length.
 func TestH1RequestBodyStreams(t *testing.T) {
-	pol := mustPolicy(t, policyDoc("h1", "enforce", h1Egress))
-	h := newHarness(t, pol, func(c *Config) { c.Injector = injector{} })
-	first := make(chan string, 1)
-	h.route(addrAPI, 443, h.upstream.tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		buf := make([]byte, 5)
-		_, err := io.ReadFull(r.Body, buf)
-		first <- fmt.Sprintf("%s %v", buf, err)
-		rest, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "rest %s", rest)
-	}), "api.test"))
-	tc, err := h.tunnelTLS("api.test:443", "api.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	if _, err := io.WriteString(tc, "POST /ok/stream HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-first:
-		if got != "hello <nil>" {
-			t.Fatalf("upstream read %q", got)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("the first chunk did not reach the upstream before the body ended")
-	}
-	if _, err := io.WriteString(tc, "6\r\n world\r\n0\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	got := exchangeRawRest(bufio.NewReader(tc), []string{"POST"})
-	if !strings.HasPrefix(got[0], "200") || !strings.Contains(got[0], "rest  world") {
-		t.Fatalf("answer %q", got)
+	for _, tc := range []struct{ name, head, first, rest string }{
+		{"chunked", "Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n", "6\r\n world\r\n0\r\n\r\n"},
+		{"content-length", "Content-Length: 11\r\n", "hello", " world"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := mustPolicy(t, policyDoc("h1", "enforce", h1Egress))
+			h := newHarness(t, pol, func(c *Config) { c.Injector = injector{} })
+			first := make(chan string, 1)
+			h.route(addrAPI, 443, h.upstream.tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				buf := make([]byte, 5)
+				_, err := io.ReadFull(r.Body, buf)
+				first <- fmt.Sprintf("%s %v", buf, err)
+				rest, _ := io.ReadAll(r.Body)
+				fmt.Fprintf(w, "rest %s", rest)
+			}), "api.test"))
+			tc2, err := h.tunnelTLS("api.test:443", "api.test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tc2.Close()
+			if _, err := io.WriteString(tc2, "POST /ok/stream HTTP/1.1\r\nHost: api.test\r\n"+tc.head+"\r\n"+tc.first); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-first:
+				if got != "hello <nil>" {
+					t.Fatalf("upstream read %q", got)
+				}
+			case <-time.After(waitTimeout):
+				t.Fatal("the first bytes did not reach the upstream before the body ended")
+			}
+			if _, err := io.WriteString(tc2, tc.rest); err != nil {
+				t.Fatal(err)
+			}
+			got := exchangeRawRest(bufio.NewReader(tc2), []string{"POST"})
+			if !strings.HasPrefix(got[0], "200") || !strings.Contains(got[0], `body "rest  world"`) {
+				t.Fatalf("answer %q", got)
+			}
+		})
 	}
 }

@@ -224,8 +224,15 @@ func validHeader(h http.Header) error {
 	return nil
 }
 
-// unflushed hides a *bufio.Writer's type from Request.Write (see exchange).
-type unflushed struct{ *bufio.Writer }
+// unflushed hides a *bufio.Writer's type from Request.Write (see exchange). It has no
+// ReadFrom on purpose: bufio.Writer.ReadFrom reads the body into the writer's own buffer,
+// and connReader.onBlock flushing that buffer in the middle of the read would corrupt it;
+// Request.Write copies through a buffer of its own instead.
+type unflushed struct{ w *bufio.Writer }
+
+func (u unflushed) Write(p []byte) (int, error)       { return u.w.Write(p) }
+func (u unflushed) WriteByte(c byte) error            { return u.w.WriteByte(c) }
+func (u unflushed) WriteString(s string) (int, error) { return u.w.WriteString(s) }
 
 // isStale reports whether err is the end of a connection its server closed.
 func isStale(err error) bool {
