@@ -18,6 +18,10 @@ type Policy struct {
 	secrets      map[string]Secret // effective secrets, parents' merged under the child's
 	dns          DNSConfig         // effective dns settings, without defaults applied
 	llm          LLMConfig         // effective llm settings
+	// approval is the effective spec.approval (parents merged, never filled in), nil when no
+	// policy of the chain has the section; never is its compiled never list.
+	approval *ApprovalConfig
+	never    []hostPattern
 	parents      []*Policy
 }
 
