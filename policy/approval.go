@@ -360,4 +360,6 @@ func (p *Policy) WithGrants(gs []GrantRule) *Policy {
 }
 
 // String describes a grant rule for logs.
-func (g GrantRule) String() string { return fmt.Sprintf("grant %s: %s ports %v", g.ID, g.Host, g.Ports) }
+func (g GrantRule) String() string {
+	return fmt.Sprintf("grant %s: %s ports %v", g.ID, g.Host, g.Ports)
+}

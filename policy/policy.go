@@ -22,7 +22,7 @@ type Policy struct {
 	// policy of the chain has the section; never is its compiled never list.
 	approval *ApprovalConfig
 	never    []hostPattern
-	parents      []*Policy
+	parents  []*Policy
 }
 
 // Name returns metadata.name.
