@@ -25,8 +25,9 @@ import (
 // over its fields (SignAnswer). While it answers "pending", the same ask is POSTed again
 // with "type": "poll" every pollInterval until askTTL. Anything else denies: an unreachable
 // or slow receiver, a status other than 200, a body that is not a WebhookAnswer, a missing
-// or wrong signature, an answer for another ask, a timestamp off by more than AnswerSkew or
-// older than the ask, and an answer seen before (a replay).
+// or wrong signature, an answer for another ask or another request (each request carries a
+// fresh nonce the answer must repeat: an answer replayed from an earlier request fails), and
+// a timestamp off by more than AnswerSkew.
 
 // Header names of the webhook protocol.
 const (
@@ -44,6 +45,7 @@ const maxAnswerBytes = 64 << 10
 type WebhookAsk struct {
 	Type    string    `json:"type"` // "ask", then "poll" while pending
 	ID      string    `json:"id"`
+	Nonce   string    `json:"nonce"` // fresh per request; the answer repeats it
 	Sandbox string    `json:"sandbox"`
 	Policy  string    `json:"policy"`
 	Host    string    `json:"host"`
@@ -59,6 +61,7 @@ type WebhookAsk struct {
 // WebhookAnswer is the receiver's answer.
 type WebhookAnswer struct {
 	ID        string `json:"id"`
+	Nonce     string `json:"nonce"`           // the nonce of the request answered
 	Decision  string `json:"decision"`        // grant, deny or pending
 	Scope     Scope  `json:"scope,omitempty"` // once (default), duration or sandbox
 	For       string `json:"for,omitempty"`   // a Go duration, for scope duration
@@ -76,10 +79,10 @@ func SignBody(key []byte, ts int64, body []byte) string {
 }
 
 // SignAnswer returns the signature of an answer: "v1=" and the hex HMAC-SHA256 of its id,
-// decision, scope, for, approver and timestamp, each followed by a newline.
+// nonce, decision, scope, for, approver and timestamp, each followed by a newline.
 func SignAnswer(key []byte, a WebhookAnswer) string {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s\n%d\n", a.ID, a.Decision, a.Scope, a.For, a.Approver, a.Timestamp)
+	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s\n%s\n%d\n", a.ID, a.Nonce, a.Decision, a.Scope, a.For, a.Approver, a.Timestamp)
 	return "v1=" + hex.EncodeToString(m.Sum(nil))
 }
 
@@ -88,10 +91,9 @@ func SignAnswer(key []byte, a WebhookAnswer) string {
 func (s *Stage) runWebhook(w policy.WebhookApprover, a Ask) {
 	ctx, cancel := context.WithDeadline(context.Background(), a.Expires)
 	defer cancel()
-	seen := map[string]bool{}
 	typ := "ask"
 	for {
-		ans, err := s.exchange(ctx, w, a, typ, seen)
+		ans, err := s.exchange(ctx, w, a, typ)
 		if !s.pending(a.ID) {
 			return // answered meanwhile (the CLI, a reload)
 		}
@@ -128,7 +130,7 @@ func (s *Stage) pending(id string) bool {
 
 // exchange posts one ask or poll and checks the answer: an Answer, nil for pending, or why
 // the answer is refused.
-func (s *Stage) exchange(ctx context.Context, w policy.WebhookApprover, a Ask, typ string, seen map[string]bool) (*Answer, error) {
+func (s *Stage) exchange(ctx context.Context, w policy.WebhookApprover, a Ask, typ string) (*Answer, error) {
 	if s.cfg.Transport == nil || s.cfg.Secrets == nil {
 		return nil, errors.New("no operator dial path or credential broker for the webhook")
 	}
@@ -136,13 +138,14 @@ func (s *Stage) exchange(ctx context.Context, w policy.WebhookApprover, a Ask, t
 	if err != nil {
 		return nil, fmt.Errorf("webhook secret %q: %v", w.Secret, err)
 	}
-	body, _ := json.Marshal(WebhookAsk{Type: typ, ID: a.ID, Sandbox: a.Sandbox, Policy: a.Policy, Host: a.Host, Port: a.Port,
+	nonce := newID() + newID()
+	body, _ := json.Marshal(WebhookAsk{Type: typ, ID: a.ID, Nonce: nonce, Sandbox: a.Sandbox, Policy: a.Policy, Host: a.Host, Port: a.Port,
 		Ports: a.Ports(), Via: a.Via, Method: a.Method, Path: a.Path, Time: a.Created.UTC(), Expires: a.Expires.UTC()})
 	raw, err := s.post(ctx, w, []byte(key), body)
 	if err != nil {
 		return nil, err
 	}
-	return checkAnswer([]byte(key), raw, a, s.cfg.Now(), seen)
+	return checkAnswer([]byte(key), raw, a.ID, nonce, s.cfg.Now())
 }
 
 // post sends one signed request and returns the answer's body.
@@ -178,7 +181,7 @@ func (s *Stage) post(ctx context.Context, w policy.WebhookApprover, key, body []
 }
 
 // checkAnswer verifies a webhook answer to ask a: nil for pending. Errors wrap ErrBadAnswer.
-func checkAnswer(key, raw []byte, a Ask, now time.Time, seen map[string]bool) (*Answer, error) {
+func checkAnswer(key, raw []byte, id, nonce string, now time.Time) (*Answer, error) {
 	var ans WebhookAnswer
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -191,14 +194,13 @@ func checkAnswer(key, raw []byte, a Ask, now time.Time, seen map[string]bool) (*
 		return nil, fmt.Errorf("%w: unsigned", ErrBadAnswer)
 	case !hmac.Equal([]byte(ans.Signature), []byte(SignAnswer(key, ans))):
 		return nil, fmt.Errorf("%w: bad signature", ErrBadAnswer)
-	case ans.ID != a.ID:
-		return nil, fmt.Errorf("%w: answer for ask %q, not %q (a replay?)", ErrBadAnswer, ans.ID, a.ID)
-	case at.Before(a.Created.Add(-AnswerSkew)) || at.Sub(now).Abs() > AnswerSkew:
-		return nil, fmt.Errorf("%w: timestamp %s is stale or from the future (a replay?)", ErrBadAnswer, at.UTC().Format(time.RFC3339))
-	case seen[ans.Signature]:
-		return nil, fmt.Errorf("%w: an answer seen before (a replay)", ErrBadAnswer)
+	case ans.ID != id:
+		return nil, fmt.Errorf("%w: answer for ask %q, not %q (a replay)", ErrBadAnswer, ans.ID, id)
+	case ans.Nonce != nonce:
+		return nil, fmt.Errorf("%w: answer to an earlier request (nonce differs: a replay)", ErrBadAnswer)
+	case at.Sub(now).Abs() > AnswerSkew:
+		return nil, fmt.Errorf("%w: timestamp %s is stale or from the future", ErrBadAnswer, at.UTC().Format(time.RFC3339))
 	}
-	seen[ans.Signature] = true
 	approver := "webhook:" + strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
 			return -1

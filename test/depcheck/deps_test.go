@@ -72,6 +72,7 @@ var ours = map[string]may{
 		"llmproxy":         "airlock usage reads the usage ledger",
 		"learn":            "airlock policy learn|replay: candidate policies from audit trails",
 		"audit":            "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
+		"approval":         "airlock approvals and sandbox approvals: the operator socket's client",
 	},
 	"cmd/airlock-kube": {
 		"internal/cli":  "the command table, flag sets and exit codes both mains share",
@@ -86,6 +87,7 @@ var ours = map[string]may{
 		"audit": "builds the audit logger once", "policy": "owns the policy store and its reloads",
 		"internal/trust": "writes --ca-bundle-out",
 		"internal/node":  "--node-agent: AttachNodeAgent adapts node.Client (the node agent's client) to the sidecar's Enforcer",
+		"approval":       "wires the approval stage between the policy store and the proxy and DNS filter",
 	},
 	"proxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
 		"proxy/internal/xconnect": "turns on HTTP/2 extended CONNECT (WebSocket over HTTP/2) before net/http initialises"},
@@ -94,6 +96,7 @@ var ours = map[string]may{
 		"llmproxy/translate": "translates calls between the OpenAI and Anthropic dialects"},
 	"llmproxy/translate": {},
 	"dnsfilter":          {"policy": "decides", "audit": "audits"},
+	"approval":           {"policy": "asks about misses and turns grants into rules", "audit": "audits asks and grants"},
 	"credentials":        {"policy": "secret specs and decisions", "audit": "audits fetches"},
 	"credentials/vault":  {"credentials": "implements its Source", "policy": "secret specs"},
 	"egress":             {"policy": "the one address classifier and the reason catalogue"},
