@@ -66,6 +66,7 @@ type Sidecar struct {
 	sockets *sockets
 	kernel  *kernel
 	creds   *credentialBroker
+	appr    *approvals
 	dns     *dnsComponent
 	llm     *llmComponent
 	proxy   *proxyComponent
@@ -109,6 +110,7 @@ func New(cfg Config) (*Sidecar, error) {
 	s.sockets = &sockets{s: s}
 	s.kernel = &kernel{s: s}
 	s.creds = &credentialBroker{s: s}
+	s.appr = &approvals{s: s}
 	s.dns = &dnsComponent{s: s}
 	s.llm = &llmComponent{s: s}
 	s.proxy = &proxyComponent{s: s}
@@ -121,9 +123,10 @@ func New(cfg Config) (*Sidecar, error) {
 // every listener's address), kernel enforcement before the DNS filter (which feeds its
 // allow map) and the proxy (whose transparent listener asks it for original destinations),
 // the credential broker before the model API and the proxy (which take keys and injection
-// from it), the reloader last.
+// from it), the approval stage before the DNS filter and the proxy (which read the effective
+// policy, grants included, from it), the reloader last.
 func (s *Sidecar) components() []component {
-	return []component{s.sockets, s.kernel, s.creds, s.dns, s.llm, s.proxy, s.admin, s.reload}
+	return []component{s.sockets, s.kernel, s.creds, s.appr, s.dns, s.llm, s.proxy, s.admin, s.reload}
 }
 
 // Run starts the sidecar, waits until ctx ends or a listener fails, and stops it.
@@ -238,6 +241,10 @@ func (s *Sidecar) shared() error {
 	}
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := s.appr.build(); err != nil {
+		s.audit.Close()
+		return err
+	}
 	return nil
 }
 
