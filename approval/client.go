@@ -73,7 +73,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("reach the sidecar's approvals socket %s (is it running with this --state-dir, with spec.approval?): %w", c.socket, err)
+		return fmt.Errorf("reach the sidecar's approvals socket %s (is a sidecar running with this --state-dir?): %w", c.socket, err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
