@@ -1,0 +1,193 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/test/testnet"
+)
+
+// askPolicy is enforcePolicy with spec.approval: denied.test (no rule names it) is asked
+// about; hold is long, so a held request waits for the CLI's answer.
+func askPolicy(hold string) string {
+	return enforcePolicy + fmt.Sprintf(`  approval:
+    hold: %s
+    askTTL: 10m
+    maxGrant: 1h
+    sandboxGrants: true
+    never: ["never.denied.test"]
+`, hold)
+}
+
+// askID waits for the ask event about dest after mark and returns the ask's ID.
+func askID(t *testing.T, a *testnet.Airlock, mark int, dest string) string {
+	t.Helper()
+	ev := a.WaitEventFrom(t, mark, "ask event for "+dest, func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "ask" && e.Destination == dest
+	})
+	id, _ := ev.Fields["request_id"].(string)
+	if id == "" {
+		t.Fatalf("ask event without an id: %s", ev)
+	}
+	return id
+}
+
+// approvalsCLI runs `airlock approvals ARGS... --state-dir DIR` on the host, as the operator.
+func approvalsCLI(t *testing.T, stateDir string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, airlockBinary(t), append(append([]string{"approvals"}, args...), "--state-dir", stateDir)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("airlock approvals %v: %v: %s%s", args, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// curlAsync runs curlProxy in a goroutine.
+func curlAsync(t *testing.T, w *testnet.World, a *testnet.Airlock, args ...string) chan curlResult {
+	ch := make(chan curlResult, 1)
+	go func() { ch <- curlProxy(t, w, a, args...) }()
+	return ch
+}
+
+// TestApprovalExplicitAndConnect: curl through the explicit proxy (http://) and through a
+// CONNECT tunnel (https://) to a host no rule names is held, granted from the CLI, and
+// served; --once serves one request or tunnel; a denial answers 403 approval_denied; what
+// may never be asked about is refused at once with no ask.
+func TestApprovalExplicitAndConnect(t *testing.T) {
+	w, a := setup(t, askPolicy("60s"))
+	cacert := []string{"--cacert", w.CA.File, "--max-time", "90"}
+
+	// Explicit proxy, granted once: served; the next request is held again.
+	mark := a.Mark()
+	res := curlAsync(t, w, a, append(cacert, "http://denied.test/held")...)
+	id := askID(t, a, mark, "denied.test:80")
+	out := approvalsCLI(t, a.StateDir, "list", "--json")
+	if !strings.Contains(out, id) || !strings.Contains(out, `"status": "pending"`) {
+		t.Fatalf("approvals list --json does not show the pending ask %s: %s", id, out)
+	}
+	approvalsCLI(t, a.StateDir, "grant", id)
+	if r := <-res; r.Code != 200 || !strings.Contains(r.Body, "path=/held") {
+		t.Fatalf("held request after the grant: %s", r)
+	}
+	grant := a.WaitEvent(t, "grant event", func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "grant" && e.Rule == "grant:"+id
+	})
+	if !strings.Contains(grant.Detail, "approver=uid:0") || !strings.Contains(grant.Detail, "scope=once") {
+		t.Errorf("grant event does not name the approver and scope: %s", grant)
+	}
+
+	// CONNECT, granted for a duration: the tunnel is served, and so is the next one.
+	mark = a.Mark()
+	res = curlAsync(t, w, a, append(cacert, "https://denied.test/tunnel")...)
+	id = askID(t, a, mark, "denied.test:443")
+	approvalsCLI(t, a.StateDir, "grant", "--for", "10m", id)
+	if r := <-res; r.Code != 200 || r.ConnectCode != 200 || !strings.Contains(r.Body, "path=/tunnel") {
+		t.Fatalf("held CONNECT after the grant: %s", r)
+	}
+	if r := curlProxy(t, w, a, append(cacert, "https://denied.test/again")...); r.Code != 200 {
+		t.Fatalf("second tunnel under a 10m grant: %s", r)
+	}
+	if out := approvalsCLI(t, a.StateDir, "list"); !strings.Contains(out, id) || !strings.Contains(out, "duration") {
+		t.Fatalf("approvals list does not show the grant %s: %s", id, out)
+	}
+	approvalsCLI(t, a.StateDir, "revoke", id)
+
+	// Denied: 403 approval_denied with the approval field; the retry is denied at once.
+	mark = a.Mark()
+	res = curlAsync(t, w, a, append(cacert, "http://denied.test:443/x")...)
+	id = askID(t, a, mark, "denied.test:443")
+	approvalsCLI(t, a.StateDir, "deny", id)
+	r := <-res
+	if r.Code != 403 || !strings.Contains(r.Body, `"reason":"approval_denied"`) || !strings.Contains(r.Body, `"approval":{"id":"`+id+`","status":"denied"}`) {
+		t.Fatalf("denied ask: %s", r)
+	}
+
+	// Never asked about: a name under never, an IP literal, a port refusal on a named host,
+	// a name resolving to an internal address. Each is refused at once, with no ask.
+	w.DNS.Set("internal.denied.test", testnet.DefaultTTL, netip.MustParseAddr("10.0.0.1"))
+	w.DNS.Set("meta.denied.test", testnet.DefaultTTL, netip.MustParseAddr("169.254.169.254"))
+	for _, url := range []string{"http://never.denied.test/", "http://198.18.0.20/", "http://allowed.test:8080/",
+		"http://internal.denied.test/", "http://meta.denied.test/", "http://intranet/", "http://pypi.org.ns.svc.cluster.local/"} {
+		if r := curlProxy(t, w, a, append(cacert, url)...); r.Code != 403 || strings.Contains(r.Body, `"approval":{`) ||
+			strings.Contains(r.Body, "approval_") {
+			t.Errorf("%s: %s, want a plain 403", url, r)
+		}
+	}
+	for _, e := range a.Events() {
+		if e.Kind == "approval" && e.Decision == "ask" && !strings.HasPrefix(e.Destination, "denied.test") {
+			t.Errorf("an ask about what is never asked about: %s", e)
+		}
+	}
+	for _, req := range w.Denied.Requests() {
+		if req.Path == "/x" {
+			t.Errorf("the denied request reached upstream: %+v", req)
+		}
+	}
+}
+
+// TestApprovalPendingExpiryRestartReload: a request nobody answers in time gets 403
+// approval_pending with the approval field, Retry-After and a remedy; the later grant (2s)
+// serves the retry and stops serving when it expires (observed by polling); a grant
+// survives a sidecar restart; a reload that lists the host under never ends it.
+func TestApprovalPendingExpiryRestartReload(t *testing.T) {
+	w, a := setup(t, askPolicy("1s"))
+	cacert := []string{"--cacert", w.CA.File, "--max-time", "30"}
+	r := curlProxy(t, w, a, append(cacert, "http://denied.test/p")...)
+	var body struct {
+		Reason   string            `json:"reason"`
+		Remedy   string            `json:"remedy"`
+		Approval map[string]string `json:"approval"`
+	}
+	if err := json.Unmarshal([]byte(r.Body), &body); err != nil || r.Code != 403 || body.Reason != "approval_pending" ||
+		body.Approval["status"] != "pending" || body.Approval["id"] == "" || body.Remedy == "" || r.Header.Get("Retry-After") != "1" {
+		t.Fatalf("unanswered ask: %s (Retry-After %q)", r, r.Header.Get("Retry-After"))
+	}
+	id := body.Approval["id"]
+	approvalsCLI(t, a.StateDir, "grant", "--for", "2s", id)
+	if r := curlProxy(t, w, a, append(cacert, "http://denied.test/retry")...); r.Code != 200 {
+		t.Fatalf("retry after the grant: %s", r)
+	}
+	a.WaitEvent(t, "expiry of the 2s grant", func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "expire" && e.Rule == "grant:"+id
+	})
+	if r := curlProxy(t, w, a, append(cacert, "http://denied.test/late")...); r.Code != 403 {
+		t.Fatalf("after the grant expired: %s", r)
+	}
+
+	// A grant for the sandbox's life survives a restart.
+	mark := a.Mark()
+	res := curlAsync(t, w, a, append(cacert, "https://denied.test/life")...)
+	id = askID(t, a, mark, "denied.test:443")
+	approvalsCLI(t, a.StateDir, "grant", "--sandbox", id)
+	if r := <-res; r.Code != 200 && !strings.Contains(r.Body, "approval_pending") {
+		t.Fatalf("after a sandbox grant: %s", r)
+	}
+	a.Stop(t)
+	a = w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: askPolicy("1s"), Sandbox: sandboxName,
+		Args: []string{"--state-dir", a.StateDir}})
+	if r := curlProxy(t, w, a, append(cacert, "https://denied.test/restarted")...); r.Code != 200 {
+		t.Fatalf("after a restart, the sandbox grant does not serve: %s", r)
+	}
+	// A reload that lists the host under never ends the grant.
+	mark = a.Mark()
+	a.WritePolicy(t, strings.Replace(askPolicy("1s"), `never: ["never.denied.test"]`, `never: ["never.denied.test", "denied.test"]`, 1))
+	a.WaitEventFrom(t, mark, "revocation by the reload", func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "revoke" && strings.Contains(e.Detail, "never")
+	})
+	if r := curlProxy(t, w, a, append(cacert, "https://denied.test/after-reload")...); r.ConnectCode != 403 && r.Code != 403 {
+		t.Fatalf("after the reload: %s", r)
+	}
+}
