@@ -191,3 +191,56 @@ func TestApprovalPendingExpiryRestartReload(t *testing.T) {
 		t.Fatalf("after the reload: %s", r)
 	}
 }
+
+// TestApprovalKernelDNS: a DNS query for a name no rule names is held and, unanswered,
+// REFUSED with the ask in its Extended DNS Error; granted from the CLI, the retry is
+// answered and the address enters the kernel allow map (a direct connect succeeds); a
+// reload that lists the host under never ends the grant and the direct connect gets EPERM
+// again at once.
+func TestApprovalKernelDNS(t *testing.T) {
+	const dns = "127.0.0.1:5353"
+	pol := askPolicy("1s")
+	w, cg, _, a := kernelSetupPolicy(t, pol, nil, "--transparent-addr", "off", "--llm-addr", "off", "--dns-addr", dns)
+	p := testnet.StartSandboxProbe(t, cg, w.Sidecar)
+	connect := "connect 4 tcp 198.18.0.20:80"
+	if got := p.Do(t, connect); got != "EPERM" {
+		t.Fatalf("before any ask: %s: got %q, want EPERM", connect, got)
+	}
+	mark := a.Mark()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, _ := w.Sidecar.Command(ctx, "dig", "@127.0.0.1", "-p", "5353", "+tries=1", "+time=10", "denied.test", "A").CombinedOutput()
+	id := askID(t, a, mark, "denied.test:80,443")
+	if !strings.Contains(string(out), "status: REFUSED") || !strings.Contains(string(out), "approval_pending") || !strings.Contains(string(out), id) {
+		t.Fatalf("unanswered DNS ask: want REFUSED with approval_pending and ask %s in the EDE text: %s", id, out)
+	}
+	// A and AAAA share the one ask.
+	out, _ = w.Sidecar.Command(ctx, "dig", "@127.0.0.1", "-p", "5353", "+tries=1", "+time=10", "denied.test", "AAAA").CombinedOutput()
+	if !strings.Contains(string(out), id) {
+		t.Fatalf("the AAAA query made another ask: %s", out)
+	}
+	approvalsCLI(t, a.StateDir, "grant", "--for", "10m", id)
+	if got := p.Do(t, "resolve denied.test "+dns); got != "OK 198.18.0.20" {
+		t.Fatalf("resolve after the grant: got %q", got)
+	}
+	if got := p.Do(t, connect); got != "OK" {
+		t.Fatalf("direct connect after the granted answer: got %q, want OK", got)
+	}
+	if got := p.Do(t, "connect 4 tcp 198.18.0.20:8080"); got != "EPERM" {
+		t.Fatalf("a DNS grant opens 80 and 443 only: port 8080 got %q", got)
+	}
+	mark = a.Mark()
+	a.WritePolicy(t, strings.Replace(pol, `never: ["never.denied.test"]`, `never: ["never.denied.test", "denied.test"]`, 1))
+	a.WaitEventFrom(t, mark, "revocation by the reload", func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "revoke" && e.Rule == "grant:"+id
+	})
+	a.WaitEventFrom(t, mark, "the reload's policy event", func(e testnet.AuditEvent) bool {
+		return e.Kind == "policy" && e.Decision == "allow"
+	})
+	if got := p.Do(t, connect); got != "EPERM" {
+		t.Fatalf("after the reload ended the grant: %s: got %q, want EPERM", connect, got)
+	}
+	if got := p.Do(t, "resolve denied.test "+dns); got != "ERR RCODE REFUSED" {
+		t.Fatalf("resolve after the reload: got %q", got)
+	}
+}
