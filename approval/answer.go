@@ -111,12 +111,24 @@ func (s *Stage) use(id string) bool {
 	case g.Scope != ScopeOnce:
 		return true
 	}
-	return s.end(id, "expire", "used once")
+	return s.endAfter(id, "expire", "used once", OnceGrace)
 }
+
+// OnceGrace is how long after a once grant is used its addresses stay in the kernel allow
+// map: the connection that used it is checked against the DNS filter's answers (the
+// transparent proxy's original-destination check) after its decision. No new request or
+// query is allowed by the grant meanwhile: it is gone from the effective policy at once.
+const OnceGrace = time.Second
 
 // end removes grant id, keeps the store, audits why (kind "expire" or "revoke") and tells
 // the wiring. It reports whether the grant was there.
 func (s *Stage) end(id, decision, why string) bool {
+	return s.endAfter(id, decision, why, 0)
+}
+
+// endAfter is end telling the wiring only after delay (the kernel allow map then keeps the
+// grant's addresses that long).
+func (s *Stage) endAfter(id, decision, why string, delay time.Duration) bool {
 	s.mu.Lock()
 	g, ok := s.grants[id]
 	if !ok {
@@ -135,7 +147,11 @@ func (s *Stage) end(id, decision, why string) bool {
 		s.metrics.expiries.Inc()
 	}
 	s.auditEnd(g, decision, why)
-	s.changed()
+	if delay > 0 {
+		time.AfterFunc(delay, s.changed)
+	} else {
+		s.changed()
+	}
 	return true
 }
 

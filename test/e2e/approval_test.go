@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +244,76 @@ func TestApprovalKernelDNS(t *testing.T) {
 	}
 	if got := p.Do(t, "resolve denied.test "+dns); got != "ERR RCODE REFUSED" {
 		t.Fatalf("resolve after the reload: got %q", got)
+	}
+}
+
+// sandboxAsks runs `airlock sandbox approvals NAME list --json`.
+func sandboxAsks(t *testing.T, e *sbEnv, name string) []map[string]any {
+	t.Helper()
+	r := e.run(t, nil, nil, "sandbox", "approvals", "--state-dir", e.stateDir, name, "list", "--json")
+	if r.Code != 0 {
+		t.Fatalf("sandbox approvals list: %s", r)
+	}
+	var l struct {
+		Asks []map[string]any `json:"asks"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &l); err != nil {
+		t.Fatalf("sandbox approvals list --json: %v: %s", err, r.Stdout)
+	}
+	return l.Asks
+}
+
+// TestApprovalSandboxTransparent: in a local sandbox (an OCI container under kernel
+// enforcement), a program that ignores HTTP_PROXY looks up a host no rule names: the query
+// is held and refused while the ask is open (sandbox list shows it); nothing inside the
+// sandbox can answer it; granted once from `airlock sandbox approvals`, the retry is
+// answered and its connection, redirected to the transparent proxy, is served; the once
+// grant then is used up.
+func TestApprovalSandboxTransparent(t *testing.T) {
+	e := newSandboxEnv(t)
+	pf := e.w.WriteFile(t, "approval-policy.yaml", []byte(sbPolicy+`  approval:
+    hold: 1s
+`))
+	name := e.name("appr")
+	info := e.create(t, name, "--policy", pf)
+	curl := curlScript("--cacert " + e.inside("ca.pem") + " https://denied.test/transparent")
+	r := e.exec(t, []string{"--no-env"}, name, nil, nil, "sh", "-c", curl)
+	if r.Code != curlResolveFailed {
+		t.Fatalf("before the grant: want curl exit %d (the name refused while asked): %s", curlResolveFailed, r)
+	}
+	asks := sandboxAsks(t, e, name)
+	if len(asks) != 1 || asks[0]["host"] != "denied.test" || asks[0]["status"] != "pending" {
+		t.Fatalf("asks %v, want one pending ask about denied.test", asks)
+	}
+	id, _ := asks[0]["id"].(string)
+	if i, _ := e.info(t, name); i.OpenAsks != 1 {
+		t.Errorf("sandbox list shows %d open asks, want 1", i.OpenAsks)
+	}
+
+	// Inside the sandbox: the operator socket is not there, the admin listener is out of
+	// reach and serves no answers anyway.
+	sock := info.StateDir + "/sidecar/approvals.sock"
+	r = e.sh(t, name, "test -e "+sock+" && echo SOCKET-VISIBLE; "+
+		"curl --silent --max-time 5 --noproxy '*' -X POST http://"+info.AdminAddr+"/v1/approvals/"+id+"/grant; echo exit=$?")
+	if strings.Contains(r.Stdout, "SOCKET-VISIBLE") || !strings.Contains(r.Stdout, "exit=7") {
+		t.Fatalf("inside the sandbox: %s, want no socket and the admin listener refused (curl exit 7)", r)
+	}
+	if asks := sandboxAsks(t, e, name); len(asks) != 1 || asks[0]["status"] != "pending" {
+		t.Fatalf("after the attempts from inside, asks %v, want the ask still pending", asks)
+	}
+
+	r = e.run(t, nil, nil, "sandbox", "approvals", "--state-dir", e.stateDir, name, "grant", id)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "granted "+id) {
+		t.Fatalf("sandbox approvals grant: %s", r)
+	}
+	r = e.exec(t, []string{"--no-env"}, name, nil, nil, "sh", "-c", curl)
+	body, code, _ := parseCurl(t, r)
+	if r.Code != 0 || code != 200 || !strings.Contains(body, "upstream=198.18.0.20 port=443 host=denied.test method=GET path=/transparent") {
+		log, _ := os.ReadFile(filepath.Join(info.StateDir, "sidecar.log"))
+		t.Fatalf("transparent curl after the grant: %s\nsidecar log:\n%s", r, log)
+	}
+	r = e.exec(t, []string{"--no-env"}, name, nil, nil, "sh", "-c", curl)
+	if r.Code != curlResolveFailed {
+		t.Fatalf("after the once grant was used: want curl exit %d: %s", curlResolveFailed, r)
 	}
 }
