@@ -7,14 +7,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/approval"
+	"github.com/airlock-dev/airlock/test/privtest"
 	"github.com/airlock-dev/airlock/test/testnet"
 )
 
@@ -316,4 +322,152 @@ func TestApprovalSandboxTransparent(t *testing.T) {
 	if r.Code != curlResolveFailed {
 		t.Fatalf("after the once grant was used: want curl exit %d: %s", curlResolveFailed, r)
 	}
+}
+
+// hookReceiver is the approval webhook receiver of the test topology: it checks each ask's
+// signature and answers by the host asked about.
+type hookReceiver struct {
+	t       *testing.T
+	key     []byte
+	mu      sync.Mutex
+	n       map[string]int         // requests per ask ID
+	last    approval.WebhookAnswer // the last answer to grant.hook.test, for the replay
+	release chan struct{}
+}
+
+func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	ts, _ := strconv.ParseInt(r.Header.Get(approval.HeaderTimestamp), 10, 64)
+	if r.Header.Get(approval.HeaderSignature) != approval.SignBody(h.key, ts, raw) {
+		h.t.Errorf("webhook receiver: an ask with a bad signature: %s", raw)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	var ask approval.WebhookAsk
+	if err := json.Unmarshal(raw, &ask); err != nil {
+		h.t.Errorf("webhook receiver: %v", err)
+		return
+	}
+	h.mu.Lock()
+	h.n[ask.ID]++
+	n := h.n[ask.ID]
+	h.mu.Unlock()
+	ans := approval.WebhookAnswer{ID: ask.ID, Nonce: ask.Nonce, Decision: "grant", Approver: "alice (chat)", Timestamp: time.Now().Unix()}
+	switch ask.Host {
+	case "deny.hook.test":
+		ans.Decision = "deny"
+	case "pending.hook.test":
+		if n < 4 { // an answer a few polls later, after the first request's hold ran out
+			ans.Decision = "pending"
+		}
+	case "slow.hook.test":
+		<-h.release
+	case "replay.hook.test":
+		h.mu.Lock()
+		ans = h.last
+		h.mu.Unlock()
+	}
+	ans.Signature = approval.SignAnswer(h.key, ans)
+	if ask.Host == "unsigned.hook.test" {
+		ans.Signature = ""
+	}
+	if ask.Host == "grant.hook.test" {
+		h.mu.Lock()
+		h.last = ans
+		h.mu.Unlock()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ans)
+}
+
+// TestApprovalWebhook: a real HTTP receiver in the test topology, reached through the
+// operator's dial path, grants, denies, answers pending and grants a few polls later (the
+// agent's retry is served), and fails closed when it is slow, answers unsigned, replays an
+// old answer, or is down.
+func TestApprovalWebhook(t *testing.T) {
+	const key = "e2e-webhook-hmac-key"
+	hookAddr := netip.MustParseAddrPort("198.18.0.77:8080")
+	pol := func(url string) string {
+		return strings.Replace(enforcePolicy, "  egress:", "  secrets:\n    hook-key: {env: E2E_HOOK_KEY}\n  egress:", 1) + `  approval:
+    hold: 2s
+    approvers:
+      webhook: {url: "` + url + `", secret: hook-key, timeout: 1s, pollInterval: 1s}
+`
+	}
+	privtest.Require(t, "curl")
+	t.Parallel()
+	w := testnet.NewWorld(t)
+	for _, n := range []string{"grant", "deny", "pending", "slow", "unsigned", "replay", "down"} {
+		w.DNS.Set(n+".hook.test", testnet.DefaultTTL, w.Denied.Addr)
+	}
+	w.AddUpstreamAddr(t, hookAddr.Addr())
+	recv := &hookReceiver{t: t, key: []byte(key), n: map[string]int{}, release: make(chan struct{})}
+	ln, err := w.Upstream.Listen("tcp", hookAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: recv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { close(recv.release); srv.Close() })
+	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: pol("http://" + hookAddr.String() + "/hook"),
+		Sandbox: sandboxName, Env: []string{"E2E_HOOK_KEY=" + key}})
+	get := func(host string) curlResult {
+		return curlProxy(t, w, a, "--max-time", "30", "http://"+host+"/w")
+	}
+	denyEvent := func(host, want string) {
+		t.Helper()
+		ev := a.WaitEvent(t, "deny event for "+host, func(e testnet.AuditEvent) bool {
+			return e.Kind == "approval" && e.Decision == "deny" && e.Destination == host+":80"
+		})
+		if !strings.Contains(ev.Detail, want) {
+			t.Errorf("%s: deny event %s, want %q in its detail", host, ev, want)
+		}
+	}
+
+	if r := get("grant.hook.test"); r.Code != 200 {
+		t.Fatalf("webhook grant: %s", r)
+	}
+	ev := a.WaitEvent(t, "webhook grant event", func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "grant" && e.Destination == "grant.hook.test:80"
+	})
+	if !strings.Contains(ev.Detail, "approver=webhook:alice (chat)") {
+		t.Errorf("grant event does not name the webhook's signed approver: %s", ev)
+	}
+	if r := get("deny.hook.test"); r.Code != 403 || !strings.Contains(r.Body, "approval_denied") {
+		t.Fatalf("webhook deny: %s", r)
+	}
+	denyEvent("deny.hook.test", "denied by webhook:alice (chat)")
+
+	r := get("pending.hook.test")
+	if r.Code != 403 || !strings.Contains(r.Body, "approval_pending") {
+		t.Fatalf("webhook pending: %s", r)
+	}
+	a.WaitEvent(t, "the grant a few polls later", func(e testnet.AuditEvent) bool {
+		return e.Kind == "approval" && e.Decision == "grant" && e.Destination == "pending.hook.test:80"
+	})
+	if r := get("pending.hook.test"); r.Code != 200 {
+		t.Fatalf("the retry after the polled grant: %s", r)
+	}
+
+	for host, want := range map[string]string{"slow.hook.test": "did not answer within 1s", "unsigned.hook.test": "unsigned",
+		"replay.hook.test": "a replay"} {
+		if r := get(host); r.Code != 403 || !strings.Contains(r.Body, "approval_denied") {
+			t.Errorf("%s: %s, want approval_denied (fail closed)", host, r)
+		}
+		denyEvent(host, want)
+	}
+	for _, req := range w.Denied.Requests() {
+		if strings.HasPrefix(req.Host, "slow.") || strings.HasPrefix(req.Host, "unsigned.") || strings.HasPrefix(req.Host, "replay.") || strings.HasPrefix(req.Host, "deny.") {
+			t.Errorf("a request the webhook did not grant reached upstream: %+v", req)
+		}
+	}
+
+	// The receiver down: a reload points the webhook at a port nothing listens on.
+	mark := a.Mark()
+	a.WritePolicy(t, pol("http://198.18.0.77:8081/hook"))
+	a.WaitEventFrom(t, mark, "the reload", func(e testnet.AuditEvent) bool { return e.Kind == "policy" && e.Decision == "allow" })
+	if r := get("down.hook.test"); r.Code != 403 || !strings.Contains(r.Body, "approval_denied") {
+		t.Fatalf("receiver down: %s", r)
+	}
+	denyEvent("down.hook.test", "unreachable")
 }
