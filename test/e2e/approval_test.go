@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,6 +118,25 @@ func TestApprovalExplicitAndConnect(t *testing.T) {
 	mark = a.Mark()
 	res = curlAsync(t, w, a, append(cacert, "http://denied.test:443/x")...)
 	id = askID(t, a, mark, "denied.test:443")
+	// Without kernel enforcement a sandbox process shares the sidecar's network: it still
+	// cannot answer. The admin listener has no approval endpoint, and another user cannot
+	// reach the operator socket.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adminOut, _ := w.Sidecar.Command(ctx, "curl", "--silent", "--noproxy", "*", "--write-out", "%{http_code}", "-X", "POST",
+		"http://"+a.AdminAddr+"/v1/approvals/"+id+"/grant").CombinedOutput()
+	if !strings.HasSuffix(string(adminOut), "404") {
+		t.Errorf("POST grant to the admin listener: %s, want 404", adminOut)
+	}
+	nobody := w.Sidecar.Command(ctx, "curl", "--silent", "--unix-socket", a.StateDir+"/approvals.sock", "-X", "POST",
+		"http://airlock/v1/approvals/"+id+"/grant")
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := nobody.CombinedOutput(); err == nil {
+		t.Errorf("another user answered through the operator socket: %s", out)
+	}
+	if out := approvalsCLI(t, a.StateDir, "list", "--json"); !strings.Contains(out, `"id": "`+id+`"`) || !strings.Contains(out, `"status": "pending"`) {
+		t.Fatalf("after the attempts, the ask is not pending: %s", out)
+	}
 	approvalsCLI(t, a.StateDir, "deny", id)
 	r := <-res
 	if r.Code != 403 || !strings.Contains(r.Body, `"reason":"approval_denied"`) || !strings.Contains(r.Body, `"approval":{"id":"`+id+`","status":"denied"}`) {
