@@ -22,6 +22,38 @@ type grantsDoc struct {
 	Grants  []Grant `json:"grants"`
 }
 
+// ReadGrants returns the grants kept in stateDir that are live at now (none when there is
+// no grants file), as `airlock policy explain --state-dir` applies them.
+func ReadGrants(stateDir string, now time.Time) ([]Grant, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, GrantsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read grants: %w", err)
+	}
+	var doc grantsDoc
+	if err := json.Unmarshal(b, &doc); err != nil || doc.Version != 1 {
+		return nil, fmt.Errorf("read grants: %s is not a version 1 grants file: %v", filepath.Join(stateDir, GrantsFile), err)
+	}
+	var out []Grant
+	for _, g := range doc.Grants {
+		if g.live(now) {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// Rules turns grants into the policy's grant rules (policy.WithGrants).
+func Rules(gs []Grant) []policy.GrantRule {
+	out := make([]policy.GrantRule, len(gs))
+	for i, g := range gs {
+		out[i] = policy.GrantRule{ID: g.ID, Host: g.Host, Ports: g.Ports}
+	}
+	return out
+}
+
 // Load reads the grants kept in the state directory (a missing file is none) and ends, with
 // an expiry event, those that expired while the sidecar was down. Call it before serving.
 func (s *Stage) Load() error {

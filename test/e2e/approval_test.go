@@ -112,6 +112,10 @@ func TestApprovalExplicitAndConnect(t *testing.T) {
 	if out := approvalsCLI(t, a.StateDir, "list"); !strings.Contains(out, id) || !strings.Contains(out, "duration") {
 		t.Fatalf("approvals list does not show the grant %s: %s", id, out)
 	}
+	explain := airlockCmd(t, "policy", "explain", a.PolicyFile, "--url", "https://denied.test/", "--state-dir", a.StateDir)
+	if !strings.Contains(explain, "decision:  allow") || !strings.Contains(explain, "grant:     "+id) {
+		t.Fatalf("policy explain --state-dir does not show the grant: %s", explain)
+	}
 	approvalsCLI(t, a.StateDir, "revoke", id)
 
 	// Denied: 403 approval_denied with the approval field; the retry is denied at once.
@@ -164,6 +168,29 @@ func TestApprovalExplicitAndConnect(t *testing.T) {
 			t.Errorf("the denied request reached upstream: %+v", req)
 		}
 	}
+
+	// The trail with its ask, grant, denial, expiry and revocation events verifies, and
+	// policy learn turns the grants into rules policy check accepts.
+	a.Stop(t)
+	airlockCmd(t, "audit", "verify", a.AuditFile)
+	learned := filepath.Join(w.Dir, "learned.yaml")
+	airlockCmd(t, "policy", "learn", a.AuditFile, "-o", learned)
+	airlockCmd(t, "policy", "check", learned)
+	if got, _ := os.ReadFile(learned); !strings.Contains(string(got), `hosts: ["denied.test"]`) || !strings.Contains(string(got), "granted by the operator") {
+		t.Fatalf("the learned policy has no rule from the grants:\n%s", got)
+	}
+}
+
+// airlockCmd runs the airlock binary on the host and fails t unless it exits 0.
+func airlockCmd(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, airlockBinary(t), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("airlock %v: %v: %s", args, err, out)
+	}
+	return string(out)
 }
 
 // TestApprovalPendingExpiryRestartReload: a request nobody answers in time gets 403
