@@ -2,7 +2,6 @@ package approval
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -87,11 +86,6 @@ type Grant struct {
 // live reports whether g still serves at now.
 func (g Grant) live(now time.Time) bool {
 	return g.Scope != ScopeDuration || now.Before(g.Until)
-}
-
-// covers reports whether g lets host:port through.
-func (g Grant) covers(host string, port int) bool {
-	return g.Host == host && slices.Contains(g.Ports, port)
 }
 
 // Answer is an approver's answer to an ask.
