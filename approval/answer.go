@@ -37,7 +37,7 @@ func (s *Stage) Answer(id string, ans Answer) (Grant, error) {
 	}
 	g := Grant{ID: a.ID, Sandbox: a.Sandbox, Policy: a.Policy, Host: a.Host, Ports: a.Ports(),
 		Scope: cmp.Or(ans.Scope, ScopeOnce), Granted: now, Approver: ans.Approver}
-	if err := checkScope(&g, ans.For, c.MaxGrant, c.SandboxGrants); err != nil {
+	if err := checkScope(&g, ans.For, c.MaxGrant, c.AskTTL, c.SandboxGrants); err != nil {
 		s.mu.Unlock()
 		return Grant{}, fmt.Errorf("answer ask %s: %w", id, err)
 	}
@@ -60,10 +60,13 @@ func (s *Stage) Answer(id string, ans Answer) (Grant, error) {
 	return g, nil
 }
 
-// checkScope fills in g's end and checks the scope against the policy.
-func checkScope(g *Grant, d, maxGrant time.Duration, sandboxGrants bool) error {
+// checkScope fills in g's end and checks the scope against the policy. A once grant not used
+// within askTTL ends then (a client that resolved the name but never connects through the
+// proxy must not keep it open).
+func checkScope(g *Grant, d, maxGrant, askTTL time.Duration, sandboxGrants bool) error {
 	switch g.Scope {
 	case ScopeOnce:
+		g.Until = g.Granted.Add(askTTL)
 	case ScopeDuration:
 		if d <= 0 || d > maxGrant {
 			return fmt.Errorf("a grant for %s: use a duration above 0 and at most spec.approval.maxGrant (%s): %w", d, maxGrant, ErrScope)

@@ -207,14 +207,21 @@ func (s *Stage) open(pol *policy.Policy, a Ask) *Ask {
 	return ask
 }
 
-// wait waits up to d for ask's answer.
+// wait waits up to d for ask's answer; with MaxWaiting requests held already, it does not
+// wait.
 func (s *Stage) wait(ctx context.Context, ask *Ask, d time.Duration) outcome {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-ask.done:
-	case <-t.C:
-	case <-ctx.Done():
+	case s.waiting <- struct{}{}:
+		defer func() { <-s.waiting }()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ask.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	default:
+		s.metrics.notHeld.Inc()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -209,7 +209,7 @@ func (s *Stage) Sweep() {
 		s.auditAskExpired(a)
 	}
 	for _, id := range expired {
-		s.end(id, "expire", "its duration ended")
+		s.end(id, "expire", "its time ended (a duration grant's, or a once grant's left unused for askTTL)")
 	}
 	s.logSummary(summary)
 }
@@ -225,7 +225,7 @@ func (s *Stage) nextDue() time.Time {
 		}
 	}
 	for _, g := range s.grants {
-		if g.Scope == ScopeDuration {
+		if !g.Until.IsZero() {
 			earlier(g.Until)
 		}
 	}

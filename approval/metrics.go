@@ -15,6 +15,7 @@ type metrics struct {
 	revocations     prometheus.Counter
 	notAsked        *prometheus.CounterVec // by why: ineligible, address, bound
 	webhookFailures prometheus.Counter
+	notHeld         prometheus.Counter
 	open            prometheus.Gauge
 }
 
@@ -29,6 +30,7 @@ func newMetrics() *metrics {
 		expiries:        c("expiries_total", "Grants and pending asks that ended by time, and once grants used."),
 		revocations:     c("revocations_total", "Grants revoked by the operator or ended by a policy reload."),
 		notAsked:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_approval_not_asked_total", Help: "Misses of an asking policy that were not asked about, by why."}, []string{"why"}),
+		notHeld:         c("not_held_total", "Misses on an open ask answered at once because MaxWaiting requests were held already."),
 		webhookFailures: c("webhook_failures_total", "Webhook exchanges that failed, each denying its ask (fail closed)."),
 		open:            prometheus.NewGauge(prometheus.GaugeOpts{Name: "airlock_approval_open_asks", Help: "Asks pending now."}),
 	}
@@ -38,7 +40,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	if r == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{m.asks, m.grants, m.denials, m.expiries, m.revocations, m.notAsked, m.webhookFailures, m.open} {
+	for _, c := range []prometheus.Collector{m.asks, m.grants, m.denials, m.expiries, m.revocations, m.notAsked, m.webhookFailures, m.notHeld, m.open} {
 		if err := r.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

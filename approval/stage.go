@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,8 @@ const (
 	DefaultMaxOpenAsks = 64
 	// DefaultAsksPerMinute bounds the new asks a minute, and so the approver's new requests.
 	DefaultAsksPerMinute = 30
+	// DefaultMaxWaiting bounds the requests and queries held at once.
+	DefaultMaxWaiting = 512
 	// summaryInterval is the least time between two summary events of misses not asked
 	// about.
 	summaryInterval = 10 * time.Second
@@ -73,12 +76,23 @@ type Config struct {
 	MaxOpenAsks int
 	// AsksPerMinute bounds the new asks a minute. Zero means DefaultAsksPerMinute.
 	AsksPerMinute int
+	// MaxWaiting bounds the requests and queries held at once; beyond it a miss on an open
+	// ask is answered at once, without waiting (a flood of repeats must not pile up held
+	// goroutines). Zero means DefaultMaxWaiting.
+	MaxWaiting int
 	// Transport carries the webhook's requests: the operator's dial path
 	// (egress.Operator.Transport). Nil means a webhook cannot be reached, and its asks are
 	// denied (fail closed).
 	Transport http.RoundTripper
 	// Secrets fetches the webhook's HMAC key. Nil means the key cannot be had (fail closed).
 	Secrets Secrets
+}
+
+// effective is the effective policy built from one loaded policy.
+type effective struct {
+	base  *policy.Policy // the loaded policy
+	pol   *policy.Policy // base with the live grants
+	until time.Time      // pol holds no grant that ends before this
 }
 
 type key struct {
@@ -91,6 +105,10 @@ type Stage struct {
 	cfg     Config
 	metrics *metrics
 	wake    chan struct{}
+	waiting chan struct{} // a slot per held request or query (MaxWaiting)
+	// eff is the effective policy as last built, read without the lock by Current; nil
+	// after the grants changed. Written under mu.
+	eff atomic.Pointer[effective]
 	// hooks lets tests see asks as they are made. Nil in production.
 	onAsk  func(Ask)
 	onJoin func(Ask) // a miss joined an open ask
@@ -100,11 +118,8 @@ type Stage struct {
 	asks        map[string]*Ask // by ID: pending asks and denied ones until they expire
 	byKey       map[key]*Ask
 	grants      map[string]Grant
-	effBase     *policy.Policy // the loaded policy eff was built from
-	eff         *policy.Policy // effBase with the live grants
-	effAt       time.Time      // eff holds no grant that ends before this
-	window      []time.Time    // when the asks of the last minute were made
-	dropped     int64          // misses not asked about since lastSummary (the bound)
+	window      []time.Time // when the asks of the last minute were made
+	dropped     int64       // misses not asked about since lastSummary (the bound)
 	lastSummary time.Time
 }
 
@@ -130,6 +145,9 @@ func New(cfg Config) (*Stage, error) {
 	if cfg.AsksPerMinute <= 0 {
 		cfg.AsksPerMinute = DefaultAsksPerMinute
 	}
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
 	if cfg.ClusterDomain == "" {
 		cfg.ClusterDomain = DefaultClusterDomain
 	}
@@ -137,7 +155,7 @@ func New(cfg Config) (*Stage, error) {
 	if err := m.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	return &Stage{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), asks: map[string]*Ask{},
+	return &Stage{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), waiting: make(chan struct{}, cfg.MaxWaiting), asks: map[string]*Ask{},
 		byKey: map[key]*Ask{}, grants: map[string]Grant{}}, nil
 }
 
@@ -146,11 +164,11 @@ func New(cfg Config) (*Stage, error) {
 func (s *Stage) Current() *policy.Policy {
 	base := s.cfg.Policy.Current()
 	now := s.cfg.Now()
+	if e := s.eff.Load(); e != nil && e.base == base && now.Before(e.until) {
+		return e.pol
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.eff != nil && s.effBase == base && now.Before(s.effAt) {
-		return s.eff
-	}
 	return s.rebuildLocked(base, now)
 }
 
@@ -162,17 +180,18 @@ func (s *Stage) rebuildLocked(base *policy.Policy, now time.Time) *policy.Policy
 		if !g.live(now) {
 			continue
 		}
-		if g.Scope == ScopeDuration && g.Until.Before(next) {
+		if !g.Until.IsZero() && g.Until.Before(next) {
 			next = g.Until
 		}
 		rules = append(rules, policy.GrantRule{ID: g.ID, Host: g.Host, Ports: g.Ports})
 	}
-	s.effBase, s.eff, s.effAt = base, base.WithGrants(rules), next
-	return s.eff
+	e := &effective{base: base, pol: base.WithGrants(rules), until: next}
+	s.eff.Store(e)
+	return e.pol
 }
 
 // invalidateLocked makes the next Current rebuild the effective policy.
-func (s *Stage) invalidateLocked() { s.eff = nil }
+func (s *Stage) invalidateLocked() { s.eff.Store(nil) }
 
 // changed tells the wiring that the live grants changed, and re-arms Run's timer.
 func (s *Stage) changed() {

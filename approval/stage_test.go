@@ -341,3 +341,34 @@ func drain(ch chan struct{}) {
 func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
+
+func TestOnceGrantUnusedExpires(t *testing.T) {
+	f := newFixture(t, "  approval: {hold: 1ms, askTTL: 10m}\n", nil)
+	d := f.settle(context.Background(), "new.example.org", 443)
+	g, err := f.s.Answer(d.Ask, Answer{Grant: true, Approver: "uid:0"})
+	if err != nil || g.Until.IsZero() {
+		t.Fatalf("once grant %+v, %v: want an end askTTL away", g, err)
+	}
+	f.clk.Add(10 * time.Minute)
+	f.s.Sweep()
+	if _, grants := f.s.List(); len(grants) != 0 {
+		t.Fatalf("an unused once grant outlived askTTL: %+v", grants)
+	}
+	if ev := f.ev.of(EventExpire); len(ev) != 1 {
+		t.Fatalf("expire events %+v", ev)
+	}
+}
+
+// TestHeldRequestsBounded: with MaxWaiting requests held, a miss on an open ask is answered
+// at once instead of waiting.
+func TestHeldRequestsBounded(t *testing.T) {
+	f := newFixture(t, askAll, func(c *Config) { c.MaxWaiting = 1 })
+	f.s.waiting <- struct{}{} // the one slot is taken
+	done := make(chan policy.Decision, 1)
+	go func() { done <- f.settle(context.Background(), "new.example.org", 443) }()
+	d := <-done // with hold 1m, this returns only because it did not wait
+	if d.Reason != policy.ReasonApprovalPending || d.Ask == "" {
+		t.Fatalf("got %s (%s), want approval_pending at once", d.Reason, d.Detail)
+	}
+	<-f.s.waiting
+}

@@ -72,20 +72,22 @@ func destination(host string, ports []int) string {
 
 // Grant is an answered ask that lets the sandbox reach Host on Ports. Its ID is the ask's.
 type Grant struct {
-	ID       string    `json:"id"`
-	Sandbox  string    `json:"sandbox"`
-	Policy   string    `json:"policy"`
-	Host     string    `json:"host"`
-	Ports    []int     `json:"ports"`
-	Scope    Scope     `json:"scope"`
-	Granted  time.Time `json:"granted"`
-	Until    time.Time `json:"until,omitzero"` // ScopeDuration only
+	ID      string    `json:"id"`
+	Sandbox string    `json:"sandbox"`
+	Policy  string    `json:"policy"`
+	Host    string    `json:"host"`
+	Ports   []int     `json:"ports"`
+	Scope   Scope     `json:"scope"`
+	Granted time.Time `json:"granted"`
+	// Until ends a ScopeDuration grant, and a ScopeOnce grant never used (askTTL after it
+	// was granted). Zero for ScopeSandbox.
+	Until    time.Time `json:"until,omitzero"`
 	Approver string    `json:"approver"`
 }
 
 // live reports whether g still serves at now.
 func (g Grant) live(now time.Time) bool {
-	return g.Scope != ScopeDuration || now.Before(g.Until)
+	return g.Until.IsZero() || now.Before(g.Until)
 }
 
 // Answer is an approver's answer to an ask.
