@@ -169,6 +169,12 @@ func TestApprovalExplicitAndConnect(t *testing.T) {
 		}
 	}
 
+	if n, ok := a.MetricSum(t, "airlock_approval_asks_total"); !ok || n < 3 {
+		t.Errorf("airlock_approval_asks_total = %v (%v), want at least 3", n, ok)
+	}
+	if n, ok := a.MetricSum(t, "airlock_approval_denials_total"); !ok || n != 1 {
+		t.Errorf("airlock_approval_denials_total = %v (%v), want 1", n, ok)
+	}
 	// The trail with its ask, grant, denial, expiry and revocation events verifies, and
 	// policy learn turns the grants into rules policy check accepts.
 	a.Stop(t)
