@@ -151,7 +151,11 @@ func (s *Stage) endAfter(id, decision, why string, delay time.Duration) bool {
 	}
 	s.auditEnd(g, decision, why)
 	if delay > 0 {
-		time.AfterFunc(delay, s.changed)
+		s.wg.Add(1)
+		time.AfterFunc(delay, func() {
+			defer s.wg.Done()
+			s.changed()
+		})
 	} else {
 		s.changed()
 	}

@@ -175,6 +175,7 @@ func newFixture(t *testing.T, approval string, mod func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	s.onAsk = func(a Ask) { f.asked <- a }
 	s.onJoin = func(a Ask) { f.joined <- a }
 	f.s = s

@@ -197,8 +197,12 @@ func (s *Stage) open(pol *policy.Policy, a Ask) *Ask {
 	if s.onAsk != nil {
 		s.onAsk(*ask)
 	}
-	if w := c.Approvers.Webhook; w != nil {
-		go s.runWebhook(*w, *ask)
+	if w := c.Approvers.Webhook; w != nil && s.ctx.Err() == nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.runWebhook(*w, *ask)
+		}()
 	}
 	select { // Run re-arms for the ask's expiry
 	case s.wake <- struct{}{}:

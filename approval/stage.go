@@ -106,6 +106,10 @@ type Stage struct {
 	metrics *metrics
 	wake    chan struct{}
 	waiting chan struct{} // a slot per held request or query (MaxWaiting)
+	// ctx ends the webhook exchanges at Close; wg counts them and the delayed notifications.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 	// eff is the effective policy as last built, read without the lock by Current; nil
 	// after the grants changed. Written under mu.
 	eff atomic.Pointer[effective]
@@ -155,8 +159,16 @@ func New(cfg Config) (*Stage, error) {
 	if err := m.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
-	return &Stage{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), waiting: make(chan struct{}, cfg.MaxWaiting), asks: map[string]*Ask{},
-		byKey: map[key]*Ask{}, grants: map[string]Grant{}}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Stage{cfg: cfg, metrics: m, wake: make(chan struct{}, 1), waiting: make(chan struct{}, cfg.MaxWaiting),
+		ctx: ctx, cancel: cancel, asks: map[string]*Ask{}, byKey: map[key]*Ask{}, grants: map[string]Grant{}}, nil
+}
+
+// Close stops the webhook exchanges in flight (their asks stay pending until they expire)
+// and waits for them. It is idempotent; the grants stay in the state directory.
+func (s *Stage) Close() {
+	s.cancel()
+	s.wg.Wait()
 }
 
 // Current returns the effective policy: the loaded policy with one rule per live grant. It

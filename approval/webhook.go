@@ -89,13 +89,13 @@ func SignAnswer(key []byte, a WebhookAnswer) string {
 // runWebhook asks the webhook about a and polls while it answers pending; it answers the
 // ask with the result, denying on any failure (fail closed).
 func (s *Stage) runWebhook(w policy.WebhookApprover, a Ask) {
-	ctx, cancel := context.WithDeadline(context.Background(), a.Expires)
+	ctx, cancel := context.WithDeadline(s.ctx, a.Expires)
 	defer cancel()
 	typ := "ask"
 	for {
 		ans, err := s.exchange(ctx, w, a, typ)
-		if !s.pending(a.ID) {
-			return // answered meanwhile (the CLI, a reload)
+		if !s.pending(a.ID) || s.ctx.Err() != nil {
+			return // answered meanwhile (the CLI, a reload), or the stage is closing
 		}
 		switch {
 		case err != nil:
@@ -180,12 +180,23 @@ func (s *Stage) post(ctx context.Context, w policy.WebhookApprover, key, body []
 	return raw, nil
 }
 
+// decodeStrict decodes one JSON value with no unknown fields and nothing after it.
+func decodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the answer")
+	}
+	return nil
+}
+
 // checkAnswer verifies a webhook answer to ask a: nil for pending. Errors wrap ErrBadAnswer.
 func checkAnswer(key, raw []byte, id, nonce string, now time.Time) (*Answer, error) {
 	var ans WebhookAnswer
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ans); err != nil {
+	if err := decodeStrict(raw, &ans); err != nil {
 		return nil, fmt.Errorf("%w: not a JSON answer: %v", ErrBadAnswer, err)
 	}
 	at := time.Unix(ans.Timestamp, 0)

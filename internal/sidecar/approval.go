@@ -96,6 +96,9 @@ func (a *approvals) close(context.Context) error {
 			a.ln.Close()
 		}
 		a.wg.Wait()
+		if a.stage != nil {
+			a.stage.Close()
+		}
 	})
 	return nil
 }
