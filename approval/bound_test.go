@@ -2,9 +2,13 @@ package approval
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,5 +86,43 @@ func TestAsksPerMinute(t *testing.T) {
 	f.settle(context.Background(), "late.flood.example", 443)
 	if got := len(f.ev.of(EventAsk)); got != 6 {
 		t.Fatalf("after a minute: got %d asks, want 6", got)
+	}
+}
+
+// TestFloodWebhookBounded: under a flood of distinct names, the webhook receives one request
+// per ask, and the asks are bounded.
+func TestFloodWebhookBounded(t *testing.T) {
+	var mu sync.Mutex
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a WebhookAsk
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		mu.Lock()
+		requests++
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(signed(a, "deny", "", ""))
+	}))
+	t.Cleanup(srv.Close)
+	approval := fmt.Sprintf("  approval:\n    hold: 1ms\n    approvers:\n      webhook: {url: %q, secret: hook-key}\n", srv.URL)
+	f := newFixture(t, approval, func(c *Config) {
+		c.Resolver, c.Transport, c.Secrets, c.Now = anyPublic{}, http.DefaultTransport.(*http.Transport).Clone(), keySecrets(hookKey), time.Now
+	})
+	for i := range 10000 {
+		f.settle(context.Background(), fmt.Sprintf("w%d.flood.example", i), 443)
+	}
+	asks := len(f.ev.of(EventAsk))
+	if asks == 0 || asks > DefaultAsksPerMinute {
+		t.Fatalf("got %d asks in under a minute, want 1..%d", asks, DefaultAsksPerMinute)
+	}
+	for i := 0; len(f.ev.of(EventDeny)) < asks; i++ { // the webhook answers from its goroutines
+		if i > 400 {
+			t.Fatalf("%d of %d asks answered", len(f.ev.of(EventDeny)), asks)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if requests != asks {
+		t.Fatalf("the webhook got %d requests for %d asks", requests, asks)
 	}
 }
