@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/policy"
@@ -99,12 +100,17 @@ func RetryAfterSeconds(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
 }
 
-// pathOnly drops the query of a request path: asks and audit events never carry it.
+// maxAskPath bounds the path an ask keeps and sends to the webhook.
+const maxAskPath = 512
+
+// pathOnly drops the query of a request path (asks and audit events never carry it) and
+// cuts it to maxAskPath bytes.
 func pathOnly(p string) string {
-	for i := 0; i < len(p); i++ {
-		if p[i] == '?' {
-			return p[:i]
-		}
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	if len(p) > maxAskPath {
+		p = strings.ToValidUTF8(p[:maxAskPath], "") + "..."
 	}
 	return p
 }
