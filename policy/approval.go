@@ -246,9 +246,30 @@ func inheritApproval(d *decoder, p *Policy, own *ApprovalConfig, ownNever []host
 			p.approval.Never[i] = hp.String()
 		}
 		if w := p.approval.Approvers.Webhook; w != nil && w.Secret != "" {
-			if _, ok := p.secrets[w.Secret]; !ok {
-				d.errorf("spec.approval.approvers.webhook.secret", "secret %q is not defined in spec.secrets", w.Secret)
-			}
+			checkWebhookSecret(d, p, w.Secret)
+		}
+	}
+}
+
+// checkWebhookSecret checks that the webhook's HMAC key is defined and is never handed to
+// the sandbox's traffic: a key injected into a request (or sent as a model provider's key)
+// could reach the sandbox's side, which could then sign its own grants.
+func checkWebhookSecret(d *decoder, p *Policy, name string) {
+	const path = "spec.approval.approvers.webhook.secret"
+	if _, ok := p.secrets[name]; !ok {
+		d.errorf(path, "secret %q is not defined in spec.secrets", name)
+		return
+	}
+	for _, r := range p.rules {
+		if slices.Contains(r.secrets, name) {
+			d.errorf(path, "secret %q is also injected by rule %q; the approval key must be used for nothing else: give the webhook a secret of its own", name, r.spec.Name)
+			return
+		}
+	}
+	for pname, pr := range p.llm.Providers {
+		if pr.APIKey.Secret == name {
+			d.errorf(path, "secret %q is also the API key of provider %q; the approval key must be used for nothing else: give the webhook a secret of its own", name, pname)
+			return
 		}
 	}
 }

@@ -82,6 +82,10 @@ func TestApprovalLoadErrors(t *testing.T) {
 		{"webhook url", []string{"approval:", "  approvers:", "    webhook: {url: \"ftp://x\", secret: k}"}, `spec.approval.approvers.webhook.url: invalid URL "ftp://x"`},
 		{"webhook secret undefined", []string{"approval:", "  approvers:", "    webhook: {url: \"https://x.example.com\", secret: nope}"},
 			`spec.approval.approvers.webhook.secret: secret "nope" is not defined in spec.secrets`},
+		{"webhook secret injected", []string{"egress:", "  - name: web", "    hosts: [a.example.com]", "    ports: [443]",
+			"    inject: [{header: X-Key, value: '{{ secret \"k\" }}'}]", "secrets:", "  k: {env: K}",
+			"approval:", "  approvers:", "    webhook: {url: \"https://x.example.com\", secret: k}"},
+			`secret "k" is also injected by rule "web"`},
 		{"unknown field", []string{"approval:", "  holdd: 5s"}, `t.yaml:7:5: spec.approval.holdd: unknown field "holdd"; did you mean "hold"?`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
