@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -523,4 +524,102 @@ func TestApprovalWebhook(t *testing.T) {
 		t.Fatalf("receiver down: %s", r)
 	}
 	denyEvent("down.hook.test", "unreachable")
+}
+
+// TestApprovalFloodBounded: 10,000 distinct unlisted names (each resolving publicly) asked
+// through the DNS filter under ask mode: the sidecar keeps at most the bound of asks, the
+// webhook receives one request per ask and no more (at most 30 a minute), and the misses not
+// asked about are counted in summary events whose counts add up.
+func TestApprovalFloodBounded(t *testing.T) {
+	const n, key = 10000, "flood-key"
+	privtest.Require(t, "curl")
+	t.Parallel()
+	w := testnet.NewWorld(t)
+	for i := range n {
+		w.DNS.Set(fmt.Sprintf("n%d.flood.test", i), testnet.DefaultTTL, w.Denied.Addr)
+	}
+	hookAddr := netip.MustParseAddrPort("198.18.0.78:8080")
+	w.AddUpstreamAddr(t, hookAddr.Addr())
+	var mu sync.Mutex
+	hooks := 0
+	ln, err := w.Upstream.Listen("tcp", hookAddr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var ask approval.WebhookAsk
+		_ = json.NewDecoder(r.Body).Decode(&ask)
+		mu.Lock()
+		hooks++
+		mu.Unlock()
+		ans := approval.WebhookAnswer{ID: ask.ID, Nonce: ask.Nonce, Decision: "pending", Approver: "flood", Timestamp: time.Now().Unix()}
+		ans.Signature = approval.SignAnswer([]byte(key), ans)
+		_ = json.NewEncoder(rw).Encode(ans)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	pol := strings.Replace(enforcePolicy, "  egress:", "  secrets:\n    hook-key: {env: E2E_HOOK_KEY}\n  egress:", 1) + `  approval:
+    hold: 1s
+    approvers:
+      webhook: {url: "http://` + hookAddr.String() + `/", secret: hook-key, pollInterval: 1h}
+`
+	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: pol, Sandbox: sandboxName,
+		Env: []string{"E2E_HOOK_KEY=" + key}, Args: []string{"--dns-addr", "127.0.0.1:5353"}})
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return w.Sidecar.DialContext(ctx, "udp", "127.0.0.1:5353")
+	}}
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range names {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, _ = r.LookupNetIP(ctx, "ip4", name)
+				cancel()
+			}
+		}()
+	}
+	for i := range n {
+		names <- fmt.Sprintf("n%d.flood.test", i)
+	}
+	close(names)
+	wg.Wait()
+
+	var l struct {
+		Asks []map[string]any `json:"asks"`
+	}
+	if err := json.Unmarshal([]byte(approvalsCLI(t, a.StateDir, "list", "--json")), &l); err != nil {
+		t.Fatal(err)
+	}
+	asks := 0
+	for _, e := range a.Events() {
+		if e.Kind == "approval" && e.Decision == "ask" {
+			asks++
+		}
+	}
+	if asks == 0 || asks > approval.DefaultAsksPerMinute || len(l.Asks) != asks {
+		t.Fatalf("%d asks made, %d kept; want 1..%d, all kept", asks, len(l.Asks), approval.DefaultAsksPerMinute)
+	}
+	// The summaries count every other name (and the resolver's retries of them); the last is
+	// written within 10 s. Each line is matched once, in order.
+	var sum float64
+	summaries := 0
+	a.WaitEvent(t, "summaries counting every miss not asked about", func(e testnet.AuditEvent) bool {
+		if e.Kind == "approval" && e.Decision == "summary" {
+			c, _ := e.Fields["count"].(float64)
+			sum += c
+			summaries++
+		}
+		return int(sum) >= n-asks
+	})
+	if summaries > 10 {
+		t.Errorf("%d summary events for a few seconds of flood; want at most one per 10 s (and the first)", summaries)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hooks != asks {
+		t.Fatalf("the webhook got %d requests for %d asks", hooks, asks)
+	}
 }
