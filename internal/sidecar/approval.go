@@ -78,7 +78,11 @@ func (a *approvals) start(ctx context.Context) error {
 	}
 	ln, err := approval.Listen(s.cfg.StateDir)
 	if err != nil {
-		return err
+		// A state directory whose path is too long for a unix socket (108 bytes) must not
+		// keep the sidecar from serving: asks then go unanswered (approval_pending), or to
+		// the webhook. Fail closed, loudly.
+		s.log.WithField("error", err.Error()).Error("approvals: no operator socket; the CLI cannot answer asks (a shorter --state-dir fixes it)")
+		return nil
 	}
 	a.ln = ln
 	s.goServe("approvals", func() error { return a.stage.Serve(ctx, ln) })

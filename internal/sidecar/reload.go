@@ -106,8 +106,7 @@ func (r *reloader) run(ctx context.Context) {
 		case <-r.trigger:
 			r.reload()
 		case <-r.grants:
-			r.gen++
-			r.apply(r.gen, r.s.appr.stage.Current())
+			r.applyGrants()
 		case err := <-r.watchErrs:
 			r.report(nil, err)
 		case done := <-r.synced:
@@ -117,8 +116,7 @@ func (r *reloader) run(ctx context.Context) {
 			}
 			if len(r.grants) > 0 {
 				<-r.grants
-				r.gen++
-				r.apply(r.gen, r.s.appr.stage.Current())
+				r.applyGrants()
 			}
 			close(done)
 		}
@@ -136,6 +134,14 @@ func (r *reloader) reload() {
 		r.apply(r.gen, r.s.appr.stage.Current())
 	}
 	r.report(p, err)
+}
+
+// applyGrants applies the effective policy after the live grants changed. Only the DNS
+// filter keeps state derived from grants (the allow-map entries of their answers); the
+// credential broker and the kernel's CIDR rules do not change with them.
+func (r *reloader) applyGrants() {
+	r.gen++
+	r.s.dns.applyPolicy(r.gen, r.s.appr.stage.Current())
 }
 
 // grantsChanged asks the reload goroutine to apply the effective policy again (a grant
