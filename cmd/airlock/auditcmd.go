@@ -89,7 +89,7 @@ const exitUnanchored = 3
 
 func auditVerify(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
-	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with")
+	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with; several PEM blocks: any of them (a key rotation), each checkpoint checked against the one it names")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	every := fs.Duration("checkpoint-every", audit.DefaultCheckpointEvery, "the --audit-checkpoint-every the log was written with")
 	var sf storeFlags
@@ -102,20 +102,14 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return cli.ErrUsage
 	}
-	var pub ed25519.PublicKey
-	if *keyFile != "" {
-		b, err := os.ReadFile(*keyFile)
-		if err != nil {
-			return cli.Failf("--key: %v", err)
-		}
-		if pub, err = audit.ParsePublicKey(b); err != nil {
-			return cli.Failf("--key %s: %v", *keyFile, err)
-		}
+	keys, err := readPub(*keyFile)
+	if err != nil {
+		return err
 	}
 	if len(files) == 1 && isShipped(files[0]) {
-		return verifyShipped(files[0], &sf, pub, *every, stdout)
+		return verifyShipped(files[0], &sf, keys, *every, stdout)
 	}
-	rep, err := audit.VerifyWith(files, audit.VerifyOptions{Key: pub, CheckpointEvery: *every})
+	rep, err := audit.VerifyWith(files, audit.VerifyOptions{Keys: keys, CheckpointEvery: *every})
 	if err != nil {
 		return cli.Failf("%v", err)
 	}

@@ -78,7 +78,7 @@ func auditExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
-	m, err := audit.WritePack(*out, src.name, files, pub, time.Now())
+	m, err := audit.WritePackWith(*out, src.name, files, audit.VerifyOptions{Keys: pub}, time.Now())
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
@@ -92,8 +92,9 @@ func auditExport(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// readPub reads the --key public key ("" means none).
-func readPub(path string) (ed25519.PublicKey, error) {
+// readPub reads the --key public keys ("" means none): one PEM block, or several (the keys
+// before and after a rotation, as the installer's ConfigMap holds them).
+func readPub(path string) ([]ed25519.PublicKey, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -101,11 +102,11 @@ func readPub(path string) (ed25519.PublicKey, error) {
 	if err != nil {
 		return nil, cli.Failf("--key: %v", err)
 	}
-	pub, err := audit.ParsePublicKey(b)
+	keys, err := audit.ParsePublicKeys(b)
 	if err != nil {
 		return nil, cli.Failf("--key %s: %v", path, err)
 	}
-	return pub, nil
+	return keys, nil
 }
 
 // localSources are the files of local sandbox name.

@@ -96,7 +96,7 @@ func (s *storeFlags) fetchShipped(arg string) ([]ship.Chain, func(), error) {
 }
 
 // verifyShipped verifies every chain under arg and prints one verdict per chain.
-func verifyShipped(arg string, sf *storeFlags, pub ed25519.PublicKey, every time.Duration, stdout io.Writer) error {
+func verifyShipped(arg string, sf *storeFlags, keys []ed25519.PublicKey, every time.Duration, stdout io.Writer) error {
 	chains, cleanup, err := sf.fetchShipped(arg)
 	if err != nil {
 		return cli.Failf("%v", err)
@@ -105,7 +105,7 @@ func verifyShipped(arg string, sf *storeFlags, pub ed25519.PublicKey, every time
 	worst := 0
 	var first string
 	for _, c := range chains {
-		rep, err := c.Verify(audit.VerifyOptions{Key: pub, CheckpointEvery: every})
+		rep, err := c.Verify(audit.VerifyOptions{Keys: keys, CheckpointEvery: every})
 		if err != nil {
 			return cli.Failf("%v", err)
 		}
@@ -138,7 +138,7 @@ func verifyShipped(arg string, sf *storeFlags, pub ed25519.PublicKey, every time
 }
 
 // exportShipped writes the evidence pack of the one chain under arg.
-func exportShipped(arg string, sf *storeFlags, pub ed25519.PublicKey, out string, stdout io.Writer) error {
+func exportShipped(arg string, sf *storeFlags, keys []ed25519.PublicKey, out string, stdout io.Writer) error {
 	chains, cleanup, err := sf.fetchShipped(arg)
 	if err != nil {
 		return cli.Failf("%v", err)
@@ -163,18 +163,22 @@ func exportShipped(arg string, sf *storeFlags, pub ed25519.PublicKey, out string
 		p := filepath.Join(filepath.Dir(c.Segments[0]), ship.ClosedName(c.Closed.LastSeq))
 		files = append(files, audit.PackFile{Role: "closing", Src: p, Name: "audit/" + filepath.Base(p)})
 	}
-	if pub != nil {
-		pemBytes, err := audit.EncodePublicKey(pub)
+	var pems []byte
+	for _, k := range keys {
+		b, err := audit.EncodePublicKey(k)
 		if err != nil {
 			return cli.Failf("%v", err)
 		}
-		files = append(files, audit.PackFile{Role: "public-key", Data: pemBytes, Name: "audit/signing-key.pub.pem"})
+		pems = append(pems, b...)
 	}
-	m, err := audit.WritePack(out, strings.TrimSuffix(c.Dir, "/"), files, pub, time.Now())
+	if len(pems) > 0 {
+		files = append(files, audit.PackFile{Role: "public-key", Data: pems, Name: "audit/signing-key.pub.pem"})
+	}
+	m, err := audit.WritePackWith(out, strings.TrimSuffix(c.Dir, "/"), files, audit.VerifyOptions{Keys: keys}, time.Now())
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
-	rep, _ := c.Verify(audit.VerifyOptions{Key: pub})
+	rep, _ := c.Verify(audit.VerifyOptions{Keys: keys})
 	line, ok := c.Verdict(rep)
 	fmt.Fprintf(stdout, "evidence pack %s from %s: %d files; %s\n", out, c.Dir, len(m.Files), line)
 	if !ok {
