@@ -13,7 +13,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/sidecar"
 )
 
-const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export> [flags] [args]
+const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export|ocsf> [flags] [args]
 
   verify FILE... [--key PUB]        check the hash chain and signed checkpoints of audit files
   verify s3://BUCKET/PREFIX/        ... or of the chains a sidecar shipped (file:///DIR too)
@@ -22,11 +22,12 @@ const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export> [flags] [
   export SANDBOX -o DIR             write a sandbox's evidence pack: policy, audit files,
                                     checkpoints, usage ledger and a manifest of hashes
   export --from s3://B/P/ -o DIR    write the evidence pack of a shipped chain
+  ocsf [FILE...]                    render audit lines as OCSF events for a SIEM
 `
 
 func auditCmd(args []string, stdout, stderr io.Writer) error {
 	return cli.Dispatch("audit", auditUsage, map[string]cli.RunFunc{
-		"verify": auditVerify, "keygen": auditKeygen, "pubkey": auditPubkey, "export": auditExport,
+		"verify": auditVerify, "keygen": auditKeygen, "pubkey": auditPubkey, "export": auditExport, "ocsf": auditOCSF,
 	}, args, stdout, stderr)
 }
 

@@ -73,6 +73,7 @@ var ours = map[string]may{
 		"learn":            "airlock policy learn|replay: candidate policies from audit trails",
 		"audit":            "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
 		"audit/ship":       "airlock audit verify|export s3://...: reads shipped chains back from object storage",
+		"audit/ocsf":       "airlock audit ocsf: renders audit lines as OCSF events",
 	},
 	"cmd/airlock-kube": {
 		"internal/cli":  "the command table, flag sets and exit codes both mains share",
@@ -109,6 +110,7 @@ var ours = map[string]may{
 	"policy":         {},
 	"audit":          {},
 	"audit/ship":     {"audit": "ships the chain's sealed files and reads their ranges"},
+	"audit/ocsf":     {"audit": "decodes the native lines it renders", "policy": "the reason catalogue's remedies"},
 }
 
 // support are test and tooling packages: heavy-dependency rules apply to them, the diagram
