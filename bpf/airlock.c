@@ -8,6 +8,10 @@
  * (proxy, transparent, DNS, LLM; never admin), to addresses an allowed DNS answer put
  * in the allow map (TCP, the rule's ports, until the entry expires), and to ranges a
  * policy rule names by CIDR (TCP, the rule's ports). UDP goes only to the DNS filter.
+ * Loopback (127.0.0.0/8, ::1, and the unspecified addresses, which connect to it) is
+ * allowed only when the config says the sandbox's network namespace is its own
+ * (CFG_LOOPBACK, a local sandbox); in a pod the sidecar shares the loopback, so it is
+ * denied there but for the sidecar's listeners.
  * Only TCP and UDP sockets may be created in AF_INET/AF_INET6. No uid is exempt.
  *
  * Hooks and what they see (kernel behaviour):
@@ -246,6 +250,23 @@ static __always_inline int report_mode(void)
 	return c && (c->flags & CFG_REPORT);
 }
 
+/* own_loopback reports whether addr is loopback (or unspecified, which connect(2) sends
+ * to loopback) and the sandbox's loopback is its own (CFG_LOOPBACK). */
+static __always_inline int own_loopback(const __u8 addr[16])
+{
+	__u32 zero = 0;
+	struct settings *c = bpf_map_lookup_elem(&config, &zero);
+	if (!c || !(c->flags & CFG_LOOPBACK))
+		return 0;
+	__u32 w[4];
+	__builtin_memcpy(w, addr, 16);
+	if (w[0] | w[1])
+		return 0;
+	if (w[2] == bpf_htonl(0xffff)) /* IPv4, mapped: 127.0.0.0/8 or 0.0.0.0 */
+		return addr[12] == 127 || w[3] == 0;
+	return w[2] == 0 && (w[3] == bpf_htonl(1) || w[3] == 0); /* ::1 or :: */
+}
+
 /* refuse reports a denial and returns the verdict: VERDICT_DENY, or VERDICT_ALLOW when the
  * policy is in report mode (the event then says so, and the deny counter is left alone). */
 static __always_inline int refuse(__u8 hook, __u8 reason, const __u8 addr[16], __u16 port,
@@ -377,7 +398,7 @@ static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 
 		reason = DENY_PROTOCOL;
 		goto deny;
 	}
-	if (is_listener(addr, port, proto))
+	if (is_listener(addr, port, proto) || own_loopback(addr))
 		goto allow;
 	if (proto == IPPROTO_UDP) {
 		reason = DENY_UDP;
@@ -439,7 +460,7 @@ int connect6(struct bpf_sock_addr *ctx)
 static __always_inline int decide_sendmsg(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook)
 {
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
-	if (ctx->protocol == IPPROTO_UDP && is_listener(addr, port, IPPROTO_UDP))
+	if (ctx->protocol == IPPROTO_UDP && (is_listener(addr, port, IPPROTO_UDP) || own_loopback(addr)))
 		return VERDICT_ALLOW;
 	return refuse(hook, DENY_UDP, addr, port, ctx->protocol, ctx->family, ctx->type, 1);
 }
@@ -565,7 +586,7 @@ int egress(struct __sk_buff *skb)
 	if (sk->state == BPF_TCP_LISTEN)
 		goto pass;
 	if (parsed && (proto == IPPROTO_TCP || proto == IPPROTO_UDP)) {
-		if (is_listener(addr, port, proto))
+		if (is_listener(addr, port, proto) || own_loopback(addr))
 			goto pass;
 		if (proto == IPPROTO_TCP && (cidr_match(addr, port) || allow_state(addr, port) == 1))
 			goto pass;

@@ -78,6 +78,8 @@ struct cidr_val {
 #define CFG_TRANSPARENT 1  /* redirect TCP to transparent ports */
 #define CFG_TRANSPARENT6 2 /* an IPv6 transparent listener exists */
 #define CFG_REPORT 4       /* policy in report mode: log what would be denied, deny nothing */
+#define CFG_LOOPBACK 8     /* the sandbox's network namespace is its own: its loopback reaches
+			    * only its own processes, so TCP and UDP to it are allowed */
 
 struct settings {
 	__u32 flags;

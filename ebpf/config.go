@@ -118,6 +118,12 @@ type Config struct {
 	// Report puts the hooks in report mode (a policy's `mode: report`): what enforce would
 	// deny is allowed and reported (DenyEvent.Report), never refused. False enforces.
 	Report bool
+	// OwnLoopback says the sandbox's processes live in a network namespace of their own
+	// (a local sandbox), so its loopback reaches only them: TCP and UDP to 127.0.0.0/8, ::1
+	// and the unspecified addresses (which connect(2) sends to loopback) are allowed. False
+	// denies loopback like any other address but the listeners: in a pod the sandbox shares
+	// the sidecar's loopback, and with it the admin listener.
+	OwnLoopback bool
 	// RequireAll makes Open fail when an optional hook cannot be loaded (the packet socket
 	// guard, which needs the BPF LSM active). False logs a warning and goes on without it.
 	// Production sets it.

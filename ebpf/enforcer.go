@@ -324,7 +324,7 @@ func (e *Enforcer) SetReport(report bool) error {
 	e.cfgMu.Lock()
 	defer e.cfgMu.Unlock()
 	e.cfg.Report = report
-	if err := e.objs.Config.Put(uint32(0), settings(e.cfg.Transparent, report)); err != nil {
+	if err := e.objs.Config.Put(uint32(0), settings(&e.cfg)); err != nil {
 		return fmt.Errorf("update config map: %w", err)
 	}
 	return nil

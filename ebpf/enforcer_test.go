@@ -354,3 +354,47 @@ func TestReportModeAllowsAndReports(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnLoopback: a sandbox in a network namespace of its own (OwnLoopback) reaches its
+// loopback, TCP and UDP, over IPv4, IPv6 and the unspecified addresses, and nothing more;
+// without the setting (a pod, whose loopback is the sidecar's) loopback is denied but for the
+// listeners. The probe runs in the fixture's sidecar namespace, where 127.0.0.1:9090 stands
+// for the admin listener.
+func TestOwnLoopback(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(fmt.Sprintf("own=%v", own), func(t *testing.T) {
+			f := newFixture(t, func(c *Config) { c.OwnLoopback = own })
+			p := f.probe(nil)
+			allowed := map[bool]string{true: "OK", false: "EPERM"}[own]
+			refused := map[bool]string{true: "ECONNREFUSED", false: "EPERM"}[own]
+			for _, tc := range []struct{ cmd, want string }{
+				{"connect 4 tcp 127.0.0.1:9090", allowed},
+				{"connect 6 tcp [::ffff:127.0.0.1]:9090", allowed},
+				{"connect 4 tcp 0.0.0.0:9090", allowed},
+				{"connect 4 tcp 127.0.0.2:1", refused},
+				{"connect 6 tcp [::1]:1", refused},
+				{"connect 6 tcp [::]:1", refused},
+				{"sendto 4 127.0.0.1:9", allowed},
+				{"sendto 6 [::1]:9", allowed},
+				{"udpconnsend 4 127.0.0.1:9", allowed},
+				{"connect 4 tcp 127.0.0.1:3128", "OK"},           // the proxy listener either way
+				{"connect 4 tcp 198.18.0.10:80", "EPERM"},        // the rest of the world is not loopback
+				{"connect 6 tcp [::ffff:128.0.0.1]:80", "EPERM"}, // nor its neighbour
+				{"sendto 4 198.18.0.53:53", "EPERM"},
+			} {
+				if got := p.Do(t, tc.cmd); got != tc.want {
+					t.Errorf("%s: got %s, want %s", tc.cmd, got, tc.want)
+				}
+			}
+			if own {
+				// The egress backstop passes loopback packets of an established connection.
+				for _, cmd := range []string{"hold c1 4 127.0.0.1:9090", "echo c1"} {
+					if got := p.Do(t, cmd); got != "OK" {
+						t.Fatalf("%s: got %s, want OK", cmd, got)
+					}
+				}
+			}
+			f.assertNoDatagram(f.resolver, resolver)
+		})
+	}
+}

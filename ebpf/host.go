@@ -51,10 +51,11 @@ func (Host) MountPoints(types ...string) ([]string, error) {
 }
 
 // AttachDenyAll attaches and pins sandbox's programs on cgroup with no listener and no CIDR,
-// then lets go of them: the pins keep the cgroup enforced, every connection refused. (A local
-// sandbox with --network none has no sidecar to attach them.)
+// then lets go of them: the pins keep the cgroup enforced, every connection refused but to
+// the sandbox's own loopback (a local sandbox with --network none is in a network namespace
+// of its own that holds only lo, and has no sidecar to attach the programs).
 func (Host) AttachDenyAll(sandbox, cgroup string) error {
-	e, err := Open(Config{Sandbox: sandbox, Cgroup: cgroup})
+	e, err := Open(Config{Sandbox: sandbox, Cgroup: cgroup, OwnLoopback: true})
 	if err != nil {
 		return err
 	}

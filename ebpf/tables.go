@@ -20,6 +20,7 @@ const (
 	cfgTransparent  = 1
 	cfgTransparent6 = 2
 	cfgReport       = 4
+	cfgLoopback     = 8
 )
 
 // cidrPorts is CIDR_PORTS of bpf/airlock.h: the most ports one range can carry.
@@ -125,11 +126,15 @@ func localAddrs(v6 bool) ([]netip.Addr, error) {
 }
 
 // settings builds the config map's value.
-func settings(t *Transparent, report bool) airlockSettings {
+func settings(cfg *Config) airlockSettings {
 	var s airlockSettings
-	if report {
+	if cfg.Report {
 		s.Flags |= cfgReport
 	}
+	if cfg.OwnLoopback {
+		s.Flags |= cfgLoopback
+	}
+	t := cfg.Transparent
 	if t == nil {
 		return s
 	}
@@ -215,7 +220,7 @@ func writeTables(objs *objects, cfg Config, exempt airlockExemption) error {
 	if err := syncMap(objs.Tports, tports); err != nil {
 		return err
 	}
-	if err := objs.Config.Put(uint32(0), settings(cfg.Transparent, cfg.Report)); err != nil {
+	if err := objs.Config.Put(uint32(0), settings(&cfg)); err != nil {
 		return fmt.Errorf("update config map: %w", err)
 	}
 	return nil

@@ -12,7 +12,8 @@ type Kernel interface {
 	// Pinned reports whether sandbox's programs are pinned (its sidecar attached them).
 	Pinned(sandbox string) bool
 	// AttachDenyAll attaches and pins sandbox's programs on cgroup with nothing allowed (no
-	// listener, no CIDR): a --network none sandbox, which has no sidecar to attach them.
+	// listener, no CIDR) but the sandbox's own loopback: a --network none sandbox, which is
+	// alone in its network namespace and has no sidecar to attach them.
 	AttachDenyAll(sandbox, cgroup string) error
 	// RemovePins detaches and unpins sandbox's programs and maps; none pinned is not an error.
 	RemovePins(sandbox string) error

@@ -168,6 +168,7 @@ func sidecarArgs(st *State, o CreateOptions) []string {
 		"--sandbox", st.Name,
 		"--environment", st.Environment,
 		"--cgroup", st.Cgroup,
+		"--sandbox-netns", filepath.Join(NetnsDir, st.Netns),
 		"--proxy-addr", hp(ProxyPort),
 		"--transparent-addr", hp(TransparentPort),
 		"--dns-addr", hp(DNSPort),

@@ -223,11 +223,11 @@ airlock_llm_cost_usd_total{model="m2"} 0.5
 
 func TestSidecarArgsAndRawRoutes(t *testing.T) {
 	st := &State{Name: "s", HostAddr: "10.200.0.1", Policy: "/p.yaml", Environment: EnvDevelopment,
-		Cgroup: "/sys/fs/cgroup/airlock/s", Dir: "/d", AdminAddr: "127.0.0.1:40000"}
+		Cgroup: "/sys/fs/cgroup/airlock/s", Dir: "/d", AdminAddr: "127.0.0.1:40000", Netns: "airlock-s"}
 	args := strings.Join(sidecarArgs(st, CreateOptions{UpstreamDNS: "198.18.255.53:53"}), " ")
 	for _, want := range []string{"--proxy-addr 10.200.0.1:3128", "--dns-addr 10.200.0.1:53", "--llm-addr 10.200.0.1:4000",
 		"--transparent-addr 10.200.0.1:15001", "--admin-addr 127.0.0.1:40000", "--cgroup /sys/fs/cgroup/airlock/s",
-		"--sandbox s", "--upstream-dns 198.18.255.53:53", "--packet-guard best-effort"} {
+		"--sandbox s", "--upstream-dns 198.18.255.53:53", "--packet-guard best-effort", "--sandbox-netns /run/netns/airlock-s"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("sidecar args %q lack %q", args, want)
 		}

@@ -85,6 +85,7 @@ func runFlags(stderr io.Writer) (*cli.FlagSet, *sidecar.Config) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", "127.0.0.1:9090", "admin listener: /healthz, /readyz, /metrics, /v1/decisions, /v1/usage (never reachable from the sandbox)")
 	fs.StringVar(&c.StateDir, "state-dir", cli.DefaultStateDir(), "state directory: TLS interception CA, LLM usage ledger, placeholder key")
 	fs.StringVar(&c.Cgroup, "cgroup", "", "cgroup v2 directory to attach kernel enforcement (eBPF) to; pins under /sys/fs/bpf/airlock/<sandbox>")
+	fs.StringVar(&c.SandboxNetns, "sandbox-netns", "", "with --cgroup: the network namespace the sandbox lives in (/run/netns/NAME); when it is not the sidecar's own, the sandbox may reach its own loopback (sandbox create sets it)")
 	fs.StringVar(&c.TransparentPorts, "transparent-ports", sidecar.DefaultTransparentPorts, "TCP ports the kernel redirects to the transparent listener (with --cgroup)")
 	// The Kubernetes webhook injects the sidecar with exactly `--pod-cgroup --cgroup-root
 	// /host/sys/fs/cgroup`.

@@ -37,6 +37,11 @@ type Config struct {
 	// Cgroup is the cgroup v2 directory kernel enforcement attaches to (--cgroup); empty
 	// means none (unless PodCgroup).
 	Cgroup string
+	// SandboxNetns is the network namespace the sandbox's processes live in (--sandbox-netns,
+	// a path such as /run/netns/NAME; with Cgroup). When it is not the sidecar's own, the
+	// sandbox's loopback is its own and the kernel allows it; empty denies loopback but the
+	// listeners, as in a pod, where the sandbox shares the sidecar's loopback.
+	SandboxNetns string
 	// PodCgroup is Kubernetes pod mode (--pod-cgroup): enforce on the pod's cgroup, exempt
 	// the sidecar's own.
 	PodCgroup bool
@@ -216,6 +221,8 @@ func (c *Config) validateKernel() error {
 		return errors.New("--cgroup-root is used only with --pod-cgroup")
 	case c.NodeAgent && (c.PodCgroup || c.Cgroup != ""):
 		return errors.New("--node-agent is exclusive with --cgroup and --pod-cgroup: the node agent finds the pod's cgroup")
+	case c.SandboxNetns != "" && c.Cgroup == "":
+		return errors.New("--sandbox-netns is used only with --cgroup (a local sandbox in a network namespace of its own)")
 	case c.NodeAgentWait < 0:
 		return errors.New("--node-agent-wait must not be negative")
 	}

@@ -60,6 +60,9 @@ type KernelSpec struct {
 	// CgroupRoot and exempt this container's own.
 	PodCgroup  bool
 	CgroupRoot string
+	// OwnLoopback says the sandbox's network namespace is its own, so its loopback is
+	// allowed (it reaches only the sandbox's own processes).
+	OwnLoopback bool
 	// Listeners are the sidecar's listeners the sandbox may reach.
 	Listeners []KernelListener
 	// CIDRs are the policy's address ranges; Report its mode.

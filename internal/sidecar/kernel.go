@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
+	"golang.org/x/sys/unix"
 )
 
 // kernel is the sidecar's kernel enforcement on the sandbox cgroup, and the transparent
@@ -92,6 +94,12 @@ func (k *kernel) spec() (KernelSpec, error) {
 		OnDeny:             s.audit.LogDenial, // a flood of kernel denials is summarised
 		Registerer:         s.reg,
 		Logger:             s.log,
+	}
+	if cfg.SandboxNetns != "" {
+		if err := separateNetns(cfg.SandboxNetns); err != nil {
+			return spec, err
+		}
+		spec.OwnLoopback = true
 	}
 	if cfg.TransparentAddr != Off {
 		t, err := k.listenTransparent()
@@ -229,4 +237,28 @@ func oneLine(err error) string {
 		return ""
 	}
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
+
+// separateNetns checks that path is a network namespace other than this process's own: only
+// then is the sandbox's loopback its own, and allowing it cannot reach the sidecar's.
+func separateNetns(path string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return fmt.Errorf("--sandbox-netns %s: %w", path, err)
+	}
+	if fs.Type != unix.NSFS_MAGIC {
+		return fmt.Errorf("--sandbox-netns %s: not a namespace file (nsfs), e.g. /run/netns/NAME", path)
+	}
+	theirs, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("--sandbox-netns %s: %w", path, err)
+	}
+	ours, err := os.Stat("/proc/self/ns/net")
+	if err != nil {
+		return fmt.Errorf("--sandbox-netns: this process's network namespace: %w", err)
+	}
+	if os.SameFile(theirs, ours) {
+		return fmt.Errorf("--sandbox-netns %s is the sidecar's own network namespace: the sandbox would share its loopback (and the admin listener); leave the flag out", path)
+	}
+	return nil
 }

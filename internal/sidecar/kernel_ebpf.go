@@ -37,6 +37,7 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 		Sandbox:      spec.Sandbox,
 		Cgroup:       cgroup,
 		ExemptCgroup: exempt,
+		OwnLoopback:  spec.OwnLoopback && !spec.PodCgroup,
 		Listeners:    ebpfListeners(spec.Listeners),
 		CIDRs:        ebpfCIDRs(spec.CIDRs),
 		Transparent:  ebpfTransparent(spec.Transparent),

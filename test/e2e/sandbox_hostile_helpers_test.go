@@ -121,6 +121,41 @@ rd() { if c=$(cat "$2" 2>/dev/null); then echo "$1=ok:$(printf %s "$c" | tr '\n'
 wr() { if [ -f "$2" ] && (: >> "$2") 2>/dev/null; then echo "$1=ok"; else echo "$1=denied"; fi; }
 `
 
+// loopbackPrelude defines loopback_probe PYTHON: a connection over the sandbox's own loopback,
+// TCP and UDP, IPv4 and IPv6, each reported as lo.KIND=works or lo.KIND=broken:WHY.
+const loopbackPrelude = `
+loopback_probe() {
+"$1" - <<'PY' 2>&1
+import socket
+def tcp(fam, host):
+    l = socket.socket(fam); l.bind((host, 0)); l.listen(1)
+    c = socket.create_connection(l.getsockname()[:2], timeout=5)
+    a, _ = l.accept(); c.sendall(b"x")
+    assert a.recv(1) == b"x", "no byte"
+def udp(fam, host):
+    r = socket.socket(fam, socket.SOCK_DGRAM); r.bind((host, 0)); r.settimeout(5)
+    s = socket.socket(fam, socket.SOCK_DGRAM); s.sendto(b"x", r.getsockname()[:2])
+    assert r.recv(1) == b"x", "no datagram"
+for name, f, fam, host in (("lo.tcp4", tcp, socket.AF_INET, "127.0.0.1"), ("lo.tcp6", tcp, socket.AF_INET6, "::1"),
+                           ("lo.udp4", udp, socket.AF_INET, "127.0.0.1"), ("lo.udp6", udp, socket.AF_INET6, "::1")):
+    try:
+        f(fam, host); print(name + "=works")
+    except Exception as e:
+        print(name + "=broken:" + type(e).__name__ + ":" + str(e))
+PY
+}
+`
+
+// wantLoopbackWorks fails t unless every connection loopback_probe tried worked.
+func wantLoopbackWorks(t *testing.T, class string, r cliResult) {
+	t.Helper()
+	for _, k := range []string{"lo.tcp4", "lo.tcp6", "lo.udp4", "lo.udp6"} {
+		if got := attemptResult(r.Stdout, k); got != "works" {
+			t.Errorf("%s: %s over the sandbox's own loopback: %q, want works", class, k, got)
+		}
+	}
+}
+
 // attempt is one NAME=RESULT line of a hostile script.
 type attempt struct{ name, result string }
 

@@ -182,7 +182,7 @@ func TestSandboxHostileNetworkNone(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ebpf.DefaultPinRoot, name)); err != nil {
 			t.Errorf("%s: the kernel programs are not pinned for the sandbox: %v", class, err)
 		}
-		script := scriptPrelude + strings.NewReplacer("$PY", h.python, "$ALLOWED", h.w.Allowed.Addr.String(), "$DNS", testnet.DNSAddr.Addr().String(),
+		script := scriptPrelude + loopbackPrelude + strings.NewReplacer("$PY", h.python, "$ALLOWED", h.w.Allowed.Addr.String(), "$DNS", testnet.DNSAddr.Addr().String(),
 			"$SIDECAR", netip.MustParsePrefix(sbSubnet).Addr().Next().String()).Replace(`
 echo "links=$(sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | tr '\n' ',')"
 try dns.getent getent hosts allowed.test
@@ -192,7 +192,7 @@ try curl.addr curl -sS --max-time 5 -o /dev/null http://$ALLOWED/
 try tcp.addr bash -c 'exec 3<>/dev/tcp/$ALLOWED/443'
 try curl.proxy curl -sS --max-time 5 -o /dev/null -x http://$SIDECAR:3128 https://allowed.test/
 try udp.dns $PY -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("$DNS", 53)); s.send(b"x")'
-if lo=$($PY -c 'import socket; l=socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1); c=socket.create_connection(l.getsockname()); print("loopback=works")' 2>&1); then echo "$lo"; else echo "loopback=broken:$(printf %s "$lo" | tail -n 1)"; fi
+echo "$(loopback_probe $PY)"
 echo done=1
 `)
 		r := h.sh(t, name, script)
@@ -200,8 +200,7 @@ echo done=1
 		if got := attemptResult(r.Stdout, "links"); got != "lo," {
 			t.Errorf("%s: the sandbox's links are %q, want only lo", class, got)
 		}
-		// Loopback exists; whether a connection over it is allowed is the kernel programs'
-		// policy, the same in every sandbox (today they refuse it), so it is reported only.
-		t.Logf("%s: a connection over loopback inside: %s", class, attemptResult(r.Stdout, "loopback"))
+		// Loopback only: the sandbox's own loopback works, TCP and UDP, IPv4 and IPv6.
+		wantLoopbackWorks(t, class, r)
 	})
 }

@@ -271,7 +271,8 @@ func TestSandboxHostileAirlock(t *testing.T) {
 		removeOnCleanup(t, binDirFile)
 		caKey := filepath.Join(h.stateDir, "sandboxes", name, "sidecar", "ca.key")
 
-		script := scriptPrelude + strings.NewReplacer("$SC", fmt.Sprint(info.SidecarPid),
+		script := scriptPrelude + loopbackPrelude + strings.NewReplacer("$SC", fmt.Sprint(info.SidecarPid),
+			"$ADMIN", info.AdminAddr, "$PY", h.python,
 			"$SV", fmt.Sprint(info.SupervisorPid), "$PROBE", h.probe, "$STATEMARK", splitMarker(h.stateDir),
 			"$BINMARK", splitMarker(h.bin), "$STATE", h.stateDir, "$CAKEY", caKey, "$BINDIRFILE", binDirFile,
 			"$BIN", h.bin).Replace(`
@@ -298,13 +299,18 @@ wr w.runc /usr/sbin/runc
 wr w.crun /usr/bin/crun
 for e in /proc/[0-9]*/exe; do wr w.proc_exe "$e"; done | grep '=ok' | head -n 5
 echo "ls.run=entries:$(ls -A /run/airlock /run/netns 2>/dev/null | tr '\n' ',')"
+try admin.loopback curl -sS --max-time 5 -o /dev/null http://$ADMIN/healthz
+loopback_probe $PY
 echo done=1
 `)
 		r := h.sh(t, name, script)
 		const class = "airlock processes and files"
 		wantNoneSucceeded(t, class, r, "sidecar.signal0", "sidecar.environ", "sidecar.ptrace", "supervisor.signal0",
 			"supervisor.ptrace", "r.sidecar_environ", "r.cakey_sidecar_root", "kill.sidecar", "w.bin",
-			"w.supervisor_exe", "w.bindir", "find", "done")
+			"w.supervisor_exe", "w.bindir", "find", "admin.loopback", "done")
+		// The sandbox's loopback is its own: it works, and the sidecar's admin listener (on
+		// the host's loopback) is not on it.
+		wantLoopbackWorks(t, class, r)
 		wantNoSecret(t, class, r.Stdout, sbToken, sbOpenAIKey, "PRIVATE KEY", h.stateDir+"/sandboxes/"+name+"/sidecar",
 			"E2E_SANDBOX_TOKEN", "E2E_OPENAI_KEY")
 		if strings.Contains(attemptResult(r.Stdout, "ls.state"), name) {
