@@ -158,7 +158,10 @@ func (a *AuditOptions) s3Region() string {
 
 // volumes are the audit volumes of the pod.
 func (a *AuditOptions) volumes(s auditSettings) []corev1.Volume {
-	private := int32(0o400)
+	// Secret volume files belong to root: the sidecar (uid 65532) reads them only with the
+	// read bit for others. Only the sidecar mounts these volumes (checkPod refuses an app
+	// container that does), so no other container's user can read them.
+	readable := int32(0o444)
 	size := a.SizeLimit
 	vol := corev1.Volume{Name: volumeAudit, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}}
 	if s.claim != "" {
@@ -167,7 +170,7 @@ func (a *AuditOptions) volumes(s auditSettings) []corev1.Volume {
 	out := []corev1.Volume{vol}
 	secret := func(name, secretName, key string) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: secretName, Items: []corev1.KeyToPath{{Key: key, Path: key}}, DefaultMode: &private,
+			SecretName: secretName, Items: []corev1.KeyToPath{{Key: key, Path: key}}, DefaultMode: &readable,
 		}}}
 	}
 	if s.keySecret != "" {

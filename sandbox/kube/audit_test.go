@@ -51,8 +51,8 @@ func TestAuditTrailInjected(t *testing.T) {
 	if c := vols[volumeAudit].PersistentVolumeClaim; c == nil || c.ClaimName != "trail" {
 		t.Errorf("audit volume %+v, want the annotated PVC", vols[volumeAudit])
 	}
-	if s := vols[volumeAuditKey].Secret; s == nil || s.SecretName != "team-a-audit-key" || *s.DefaultMode != 0o400 {
-		t.Errorf("signing key volume %+v, want Secret team-a-audit-key, 0400", vols[volumeAuditKey])
+	if s := vols[volumeAuditKey].Secret; s == nil || s.SecretName != "team-a-audit-key" || *s.DefaultMode != 0o444 {
+		t.Errorf("signing key volume %+v, want Secret team-a-audit-key, 0444 (root's files, read by the non-root sidecar alone)", vols[volumeAuditKey])
 	}
 	for _, m := range sc.VolumeMounts {
 		if (m.Name == volumeAuditKey || m.Name == volumeAuditCreds) && !m.ReadOnly {

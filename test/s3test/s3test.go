@@ -43,6 +43,8 @@ type Server struct {
 
 	args   []string
 	bin    string
+	mk     func(string, ...string) *exec.Cmd
+	http   *http.Client
 	mu     sync.Mutex // guards cmd, stderr and exited
 	cmd    *exec.Cmd
 	stderr *bytes.Buffer
@@ -60,6 +62,9 @@ type Options struct {
 	Command func(bin string, args ...string) *exec.Cmd
 	// Addr is the listen address; empty means a free 127.0.0.1 port.
 	Addr string
+	// DialContext reaches the server (e.g. Netns.DialContext when Command runs it in a
+	// network namespace); nil means the default dialer.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Start builds (once) and starts versitygw; it is stopped when the test ends.
@@ -89,11 +94,12 @@ func StartWith(t testing.TB, o Options) *Server {
 	}
 	s.args = []string{"--access", s.AccessKey, "--secret", s.SecretKey, "--port", addr, "--health", "/health",
 		"posix", "--versioning-dir", filepath.Join(dir, "versions"), s.Root}
-	mk := o.Command
-	if mk == nil {
-		mk = exec.Command
+	s.mk = o.Command
+	if s.mk == nil {
+		s.mk = exec.Command
 	}
-	if err := s.start(mk); err != nil {
+	s.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: o.DialContext}}
+	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
@@ -101,8 +107,8 @@ func StartWith(t testing.TB, o Options) *Server {
 }
 
 // start runs the binary and waits until its health endpoint answers.
-func (s *Server) start(mk func(string, ...string) *exec.Cmd) error {
-	cmd := mk(s.bin, s.args...)
+func (s *Server) start() error {
+	cmd := s.mk(s.bin, s.args...)
 	buf := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = &lockedWriter{w: buf}, &lockedWriter{w: buf}
 	if err := cmd.Start(); err != nil {
@@ -117,7 +123,7 @@ func (s *Server) start(mk func(string, ...string) *exec.Cmd) error {
 	// until it answers (or the process exits, or a minute passes).
 	deadline := time.Now().Add(time.Minute)
 	for {
-		resp, err := http.Get(s.Endpoint + "/health")
+		resp, err := s.http.Get(s.Endpoint + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -157,7 +163,7 @@ func (s *Server) Stop() {
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Stop()
-	if err := s.start(exec.Command); err != nil {
+	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
 }
