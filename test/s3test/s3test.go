@@ -45,9 +45,9 @@ type Server struct {
 	bin    string
 	mk     func(string, ...string) *exec.Cmd
 	http   *http.Client
-	mu     sync.Mutex // guards cmd, stderr and exited
+	mu     sync.Mutex // guards cmd, out and exited
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	out    *lockedWriter // the server's stdout and stderr
 	exited chan struct{}
 }
 
@@ -109,15 +109,15 @@ func StartWith(t testing.TB, o Options) *Server {
 // start runs the binary and waits until its health endpoint answers.
 func (s *Server) start() error {
 	cmd := s.mk(s.bin, s.args...)
-	buf := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = &lockedWriter{w: buf}, &lockedWriter{w: buf}
+	out := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start S3 test server: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	s.mu.Lock()
-	s.cmd, s.stderr, s.exited = cmd, buf, exited
+	s.cmd, s.out, s.exited = cmd, out, exited
 	s.mu.Unlock()
 	// The server prints nothing machine-readable when it listens: ask its health endpoint
 	// until it answers (or the process exits, or a minute passes).
@@ -171,11 +171,14 @@ func (s *Server) Restart(t testing.TB) {
 // Stderr returns what the server printed.
 func (s *Server) Stderr() string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stderr == nil {
+	out := s.out
+	s.mu.Unlock()
+	if out == nil {
 		return ""
 	}
-	return s.stderr.String()
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.w.String()
 }
 
 func freePort(t testing.TB) string {
