@@ -77,6 +77,12 @@ func TestAuditShippedToS3AndClosedAtShutdown(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(body, "audit shipping") {
 		t.Errorf("/readyz with S3 down: %d %q, want 200 saying how far shipping got", status, body)
 	}
+	_, metrics, _ := get(t, http.DefaultClient, "http://"+s.Addrs().Admin.String()+"/metrics")
+	for _, m := range []string{"airlock_audit_ship_backlog_bytes", "airlock_audit_ship_backlog_files", "airlock_audit_ship_shipped_seq", "airlock_audit_ship_backlog_full", "airlock_audit_ship_failures"} {
+		if !strings.Contains(metrics, "\n"+m+" ") {
+			t.Errorf("/metrics has no %s", m)
+		}
+	}
 	srv.Restart(t)
 	client.CloseIdleConnections()
 	http.DefaultClient.CloseIdleConnections()
