@@ -191,11 +191,20 @@ func TestEditingDeletingOrReorderingShippedObjectsIsDetected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var segs []string
+	var segs, cps []string
+	var closed string
 	for _, v := range versions {
-		if strings.Contains(v.Key, "/seg-") {
+		switch {
+		case strings.Contains(v.Key, "/seg-"):
 			segs = append(segs, v.Key)
+		case strings.Contains(v.Key, "/checkpoints-"):
+			cps = append(cps, v.Key)
+		case strings.Contains(v.Key, "/closed-"):
+			closed = v.Key
 		}
+	}
+	if closed == "" || len(cps) == 0 {
+		t.Fatalf("no closing marker or checkpoints shipped: %+v", versions)
 	}
 	if len(segs) < 3 {
 		t.Fatalf("%d segments shipped, want at least 3", len(segs))
@@ -208,7 +217,9 @@ func TestEditingDeletingOrReorderingShippedObjectsIsDetected(t *testing.T) {
 		}
 		return b
 	}
-	orig := map[string][]byte{segs[0]: get(segs[0]), segs[1]: get(segs[1]), segs[2]: get(segs[2])}
+	last := cps[len(cps)-1]
+	orig := map[string][]byte{segs[0]: get(segs[0]), segs[1]: get(segs[1]), segs[2]: get(segs[2]), last: get(last), closed: get(closed)}
+	orig[segs[len(segs)-1]] = get(segs[len(segs)-1])
 	restore := func() {
 		for k, b := range orig {
 			if err := store.Put(ctx, k, b, ship.Retention{}); err != nil {
@@ -236,6 +247,26 @@ func TestEditingDeletingOrReorderingShippedObjectsIsDetected(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "MISSING: seq"},
+		{"edit a checkpoint", func() {
+			b := string(get(last))
+			i := strings.Index(b, `"seq":`)
+			edited := b[:i+6] + "9" + b[i+6:] // a checkpoint that claims another seq
+			if err := store.Put(ctx, last, []byte(edited), ship.Retention{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "TAMPERED"},
+		{"delete the closing marker", func() {
+			if err := store.Delete(ctx, closed, ""); err != nil {
+				t.Fatal(err)
+			}
+		}, "open, last shipped seq"},
+		{"delete the last segment and the marker", func() {
+			for _, k := range []string{segs[len(segs)-1], closed} {
+				if err := store.Delete(ctx, k, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, "TAMPERED"}, // the shipped checkpoints signed lines that are gone
 		{"reorder", func() { // swap the contents of two segments
 			if err := store.Put(ctx, segs[1], orig[segs[2]], ship.Retention{}); err != nil {
 				t.Fatal(err)
@@ -370,6 +401,17 @@ func TestObjectLockComplianceRefusesDeleteAndVerifyReadsPastDeleteMarkers(t *tes
 	_, err = store.Client().DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("worm"), Key: aws.String(seg.Key), VersionId: aws.String(seg.ID), BypassGovernanceRetention: aws.Bool(true)})
 	if err == nil {
 		t.Fatalf("deleting a COMPLIANCE version with the governance bypass succeeded")
+	}
+	// Nor can the retention be shortened, or turned into GOVERNANCE, to delete it later.
+	for _, r := range []types.ObjectLockRetention{
+		{Mode: types.ObjectLockRetentionModeCompliance, RetainUntilDate: aws.Time(time.Now().Add(time.Minute))},
+		{Mode: types.ObjectLockRetentionModeGovernance, RetainUntilDate: aws.Time(time.Now().Add(time.Hour))},
+	} {
+		_, err = store.Client().PutObjectRetention(ctx, &s3.PutObjectRetentionInput{Bucket: aws.String("worm"), Key: aws.String(seg.Key),
+			VersionId: aws.String(seg.ID), Retention: &r, BypassGovernanceRetention: aws.Bool(true)})
+		if err == nil {
+			t.Errorf("weakening the COMPLIANCE retention of %s to %s until %s succeeded", seg.Key, r.Mode, r.RetainUntilDate)
+		}
 	}
 	// A delete without a version id only adds a delete marker; an overwrite only a version.
 	if err := store.Delete(ctx, seg.Key, ""); err != nil {
