@@ -126,7 +126,10 @@ type ContainerState struct {
 	// the runtime flag that turns its cgroup support off.
 	SelfCgroups bool `json:"self_cgroups,omitempty"`
 	// Once says the container is not started by create: OnceCommand runs one command as it.
-	Once    bool     `json:"once,omitempty"`
+	Once bool `json:"once,omitempty"`
+	// Waiting says create had the runtime create the container with its one command
+	// (CreateOptions.OnceProcess), which waits for StartOnce.
+	Waiting bool     `json:"waiting,omitempty"`
 	Global  []string `json:"global,omitempty"`
 	Workdir string   `json:"workdir"`
 	TmpSize int64    `json:"tmp_size"`

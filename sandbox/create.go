@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,9 @@ type createStep struct {
 	name string
 	do   func(ctx context.Context, c *creation) (detail string, err error)
 	undo func(ctx context.Context, st *State) (line string, err error)
+	// undoBefore names a step whose undo (later in undo order) needs this undo done; the undos
+	// in between, of resources independent of this one, run beside it. Empty: in order.
+	undoBefore string
 }
 
 // creation is one Create in progress: its options, the state its steps fill in, and what
@@ -34,7 +38,20 @@ type creation struct {
 	profileDoc []byte // the built-in profile's policy file, written once the name is reserved
 	began      time.Time
 	warn       *Warning
-	idBase     uint32 // where the search for a free uid range starts
+	idBase     uint32       // where the search for a free uid range starts
+	created    <-chan error // the runtime's create of a OnceProcess container, until awaited
+	createErr  error        // its outcome, once awaited
+	// deferSupervisor leaves the supervisor's start to the last step (a OnceProcess): on the
+	// way to ready its start-up would take the CPU the sidecar and the runtime need.
+	deferSupervisor bool
+}
+
+// awaitCreate waits for the runtime's create of the container (a OnceProcess), once.
+func (c *creation) awaitCreate() error {
+	if c.created != nil {
+		c.createErr, c.created = <-c.created, nil
+	}
+	return c.createErr
 }
 
 // createSteps is the table Create runs in order and undoes in reverse. The kernel programs are
@@ -43,14 +60,52 @@ type creation struct {
 // sandbox process is never left running without them.
 func (m *Manager) createSteps() []createStep {
 	return []createStep{
-		{"netns", m.doNetns, m.undoNetns},
-		{"veth", m.doVeth, m.undoVeth},
-		{"cgroup", m.doCgroup, m.undoCgroup},
-		{"files", m.doFiles, m.undoFiles},
-		{"sidecar", m.doSidecar, m.undoSidecar},
-		{"kernel", m.doKernel, nil},
-		{"container", m.doContainer, m.undoContainer},
+		{"netns", m.doNetns, m.undoNetns, ""},
+		{"veth", m.doVeth, m.undoVeth, ""},
+		{"cgroup", m.doCgroup, m.undoCgroup, ""},
+		{"files", m.doFiles, m.undoFiles, ""},
+		{"sidecar", m.doSidecar, m.undoSidecar, ""},
+		{"kernel", m.doKernel, nil, ""},
+		{"container", m.doContainer, m.undoContainer, "cgroup"},
 	}
+}
+
+// stepsFor is createSteps, but for a container made with its one command (OnceProcess): the
+// runtime creates it before the sidecar starts, in the background, so that the two overlap,
+// and a last step waits for it. Its process starts only later (StartOnce), once the kernel
+// programs are attached; until then only the runtime's own code runs in the container.
+func (m *Manager) stepsFor(c *creation) []createStep {
+	steps := m.createSteps()
+	if c.o.OnceProcess == nil {
+		return steps
+	}
+	byName := map[string]createStep{}
+	for _, s := range steps {
+		byName[s.name] = s
+	}
+	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
+		_ = c.awaitCreate() // never delete under a create still running
+		return m.undoContainer(ctx, st)
+	}, "cgroup"}
+	c.deferSupervisor = true
+	created := createStep{"created", func(context.Context, *creation) (string, error) {
+		if err := c.awaitCreate(); err != nil {
+			return "", err
+		}
+		if c.st.Network == NetworkNone {
+			return "the command waits for the sandbox to start it", nil
+		}
+		pid, _ := readPid(c.st.sidecarPidFile())
+		if err := m.startSupervisor(c.st, c.o.Env, pid); err != nil {
+			return "", err
+		}
+		if err := m.Store.Save(c.st); err != nil { // the supervisor's pid, for delete and reap
+			return "", err
+		}
+		return fmt.Sprintf("the command waits for the sandbox to start it; supervisor %d", c.st.SupervisorPid), nil
+	}, nil, ""}
+	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
+		byName["sidecar"], byName["kernel"], created}
 }
 
 // Create builds the sandbox: state file, then the steps of createSteps (network namespace,
@@ -71,7 +126,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*State, error) {
 	if err := m.reserve(c); err != nil {
 		return nil, err
 	}
-	if err := m.build(ctx, c, m.createSteps()); err != nil {
+	if err := m.build(ctx, c, m.stepsFor(c)); err != nil {
 		return nil, err
 	}
 	m.progressf("sandbox %s ready in %s", c.st.Name, time.Since(c.began).Round(time.Millisecond))
@@ -238,22 +293,51 @@ func (m *Manager) makeDir(c *creation) error {
 }
 
 // undo runs the undos of steps in reverse, carrying on past a failed one so that one stuck
-// piece does not keep the others, and prints a line for each.
+// piece does not keep the others, and prints a line for each with its time. An undo with
+// undoBefore runs beside the undos up to that step's, which waits for it.
 func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error {
 	var errs []error
-	for i := len(steps) - 1; i >= 0; i-- {
-		if steps[i].undo == nil {
-			continue
+	done := func(r undoResult) {
+		if r.err != nil {
+			errs = append(errs, r.err)
 		}
-		line, err := steps[i].undo(ctx, st)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if line != "" {
-			m.progressf("  %s", line)
+		if r.line != "" {
+			m.progressf("  %s (%s)", r.line, r.took.Round(100*time.Microsecond))
 		}
 	}
+	pending := map[string]chan undoResult{}
+	for i := len(steps) - 1; i >= 0; i-- {
+		s := steps[i]
+		if ch, ok := pending[s.name]; ok {
+			done(<-ch)
+			delete(pending, s.name)
+		}
+		if s.undo == nil {
+			continue
+		}
+		if s.undoBefore == "" || !slices.ContainsFunc(steps[:i], func(o createStep) bool { return o.name == s.undoBefore }) {
+			done(runUndo(ctx, st, s))
+			continue
+		}
+		ch := make(chan undoResult, 1)
+		pending[s.undoBefore] = ch
+		go func() { ch <- runUndo(ctx, st, s) }()
+	}
 	return errors.Join(errs...)
+}
+
+// undoResult is what one undo did and how long it took.
+type undoResult struct {
+	line string
+	err  error
+	took time.Duration
+}
+
+// runUndo runs s's undo and times it.
+func runUndo(ctx context.Context, st *State, s createStep) undoResult {
+	began := time.Now()
+	line, err := s.undo(ctx, st)
+	return undoResult{line, err, time.Since(began)}
 }
 
 func (m *Manager) doNetns(_ context.Context, c *creation) (string, error) {
@@ -372,7 +456,7 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.Store.Save(st); err != nil {
 		return "", err
 	}
-	sidecarDone, err := m.startSidecar(st, c.o.Env)
+	sidecarDone, err := m.startSidecar(st, c.o.Env, !c.deferSupervisor)
 	if err != nil {
 		return "", err
 	}
@@ -386,8 +470,12 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.waitSidecar(ctx, st, sidecarDone, timeout); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("pid %d (supervisor %d), proxy %s:%d, DNS :%d, model API :%d, admin %s",
-		m.sidecarPid(st), st.SupervisorPid, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
+	sup := fmt.Sprintf("supervisor %d", st.SupervisorPid)
+	if c.deferSupervisor {
+		sup = "supervisor once the container is created"
+	}
+	return fmt.Sprintf("pid %d (%s), proxy %s:%d, DNS :%d, model API :%d, admin %s",
+		m.sidecarPid(st), sup, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
 }
 
 // undoSidecar stops the supervisor (which stops its sidecar gracefully: the sidecar revokes
@@ -406,10 +494,10 @@ func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 	return "stopped   sidecar and supervisor", errors.Join(errs...)
 }
 
-// startSidecar starts the first sidecar and its supervisor, both detached, side by side: the
-// supervisor adopts the running sidecar, so its own start-up is not on the path to a ready
-// sandbox.
-func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan struct{}, err error) {
+// startSidecar starts the first sidecar and, withSupervisor, its supervisor, both detached,
+// side by side: the supervisor adopts the running sidecar, so its own start-up is not on the
+// path to a ready sandbox.
+func (m *Manager) startSidecar(st *State, env []string, withSupervisor bool) (sidecarDone <-chan struct{}, err error) {
 	ops := m.ops()
 	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, env, st.LogFile())
 	if err != nil {
@@ -419,13 +507,22 @@ func (m *Manager) startSidecar(st *State, env []string) (sidecarDone <-chan stru
 	if err := writePidFile(st.sidecarPidFile(), pid, start); err != nil {
 		return nil, errors.Join(err, ops.StopProcess(pid, start, 0))
 	}
-	sup, _, err := ops.StartDetached(m.Binary, []string{"sandbox", "supervise", "--state-dir", m.Store.StateRoot, "--adopt", strconv.Itoa(pid), st.Name}, env, st.LogFile())
+	if withSupervisor {
+		return done, m.startSupervisor(st, env, pid)
+	}
+	return done, nil
+}
+
+// startSupervisor starts the supervisor of st, detached, adopting its running sidecar pid.
+func (m *Manager) startSupervisor(st *State, env []string, sidecar int) error {
+	ops := m.ops()
+	sup, _, err := ops.StartDetached(m.Binary, []string{"sandbox", "supervise", "--state-dir", m.Store.StateRoot, "--adopt", strconv.Itoa(sidecar), st.Name}, env, st.LogFile())
 	if err != nil {
-		return done, fmt.Errorf("start supervisor: %w", err)
+		return fmt.Errorf("start supervisor: %w", err)
 	}
 	st.SupervisorPid = sup
 	st.SupervisorTick, _ = ops.ProcStart(sup)
-	return done, nil
+	return nil
 }
 
 // doKernel checks that the sidecar attached and pinned the kernel programs. Production refuses

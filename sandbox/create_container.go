@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -81,24 +82,75 @@ func checkMounts(ms []Mount) error {
 // without them.
 func (m *Manager) doContainer(_ context.Context, c *creation) (string, error) {
 	st, ct := c.st, c.st.Container
-	base, claim, err := m.ops().ClaimIDRange(c.idBase, m.Store.path(st.Name))
-	if err != nil {
-		return "", err
-	}
-	ct.IDBase, ct.IDClaim = base, claim
-	if err := m.Store.Save(st); err != nil { // the claim, for delete and reap
-		return "", errors.Join(err, m.ops().ReleaseIDRange(claim))
-	}
-	if err := m.ops().WriteBundle(st); err != nil {
+	if err := m.claimAndBundle(c); err != nil {
 		return "", err
 	}
 	if ct.Once {
-		return fmt.Sprintf("%s bundle ready (the command starts the container), uid/gid 0-%d -> %d-%d, %s", filepath.Base(ct.Runtime), IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(ct)), nil
+		return fmt.Sprintf("%s bundle ready (the command starts the container), %s", filepath.Base(ct.Runtime), idsAndLimits(st)), nil
 	}
 	if err := m.ops().RunContainer(st, st.runtimeLog()); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s, uid/gid 0-%d -> %d-%d, %s", filepath.Base(ct.Runtime), IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(ct)), nil
+	return fmt.Sprintf("%s, %s", filepath.Base(ct.Runtime), idsAndLimits(st)), nil
+}
+
+// doContainerEarly is doContainer for a container made with its one command (OnceProcess):
+// the bundle's process is the command, and the runtime creates the container in the
+// background (the "created" step waits for it); its process waits for StartOnce.
+func (m *Manager) doContainerEarly(_ context.Context, c *creation) (string, error) {
+	st, ct, op := c.st, c.st.Container, c.o.OnceProcess
+	if op.Exec.UID >= IDRangeSize || op.Exec.GID >= IDRangeSize || len(op.Argv) == 0 {
+		return "", fmt.Errorf("no command, or --user %d:%d outside 0-%d", op.Exec.UID, op.Exec.GID, IDRangeSize-1)
+	}
+	ct.Waiting = true
+	if err := m.claimAndBundle(c); err != nil {
+		return "", err
+	}
+	c.created = m.ops().CreateContainer(st, op, st.runtimeLog())
+	return fmt.Sprintf("%s creating it with the command, beside the sidecar, %s", filepath.Base(ct.Runtime), idsAndLimits(st)), nil
+}
+
+// claimAndBundle claims the sandbox's uid range, records it and writes the bundle.
+func (m *Manager) claimAndBundle(c *creation) error {
+	st, ct := c.st, c.st.Container
+	base, claim, err := m.ops().ClaimIDRange(c.idBase, m.Store.path(st.Name))
+	if err != nil {
+		return err
+	}
+	ct.IDBase, ct.IDClaim = base, claim
+	if err := m.Store.Save(st); err != nil { // the claim, for delete and reap
+		return errors.Join(err, m.ops().ReleaseIDRange(claim))
+	}
+	return m.ops().WriteBundle(st)
+}
+
+// idsAndLimits is the uid range and limits part of the container step's line.
+func idsAndLimits(st *State) string {
+	base := st.Container.IDBase
+	return fmt.Sprintf("uid/gid 0-%d -> %d-%d, %s", IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(st.Container))
+}
+
+// OnceProcess is the one command of a container created with it (CreateOptions.OnceProcess).
+type OnceProcess struct {
+	// Argv is the command; Exec its user, environment and env-file choice, as for exec.
+	Argv []string
+	Exec ExecOptions
+	// Stdio are the command's standard input, output and error.
+	Stdio [3]*os.File
+}
+
+// StartOnce starts the command of sandbox name, created with CreateOptions.OnceProcess, and
+// returns its process id: a child of this process (WaitContainer waits for it; signals go to
+// it by pid).
+func (m *Manager) StartOnce(name string) (int, error) {
+	st, err := m.Store.Load(name)
+	if err != nil {
+		return 0, err
+	}
+	if st.Phase != PhaseReady || st.Container == nil || !st.Container.Waiting {
+		return 0, fmt.Errorf("sandbox %s has no created command waiting to start", name)
+	}
+	return m.ops().StartContainer(st)
 }
 
 // undoContainer deletes the container (the runtime kills its processes and removes its

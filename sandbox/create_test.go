@@ -437,3 +437,55 @@ func TestNetworkNoneHoldsNoLink(t *testing.T) {
 	}
 	wantClean(t, m, h, "quiet")
 }
+
+// TestOnceProcessCreatesBesideTheSidecar: a container made with its one command is created by
+// the runtime before the sidecar starts (the two overlap), waited for after the kernel step,
+// and started only by StartOnce; a failure after the create undoes it.
+func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
+	m, h, progress := newTestManager(t)
+	o := testOptions(t, "once")
+	o.Once, o.OnceProcess = true, &OnceProcess{Argv: []string{"true"}}
+	st, err := m.Create(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	var names []string
+	for _, line := range strings.Split(progress.String(), "\n") {
+		if g := regexp.MustCompile(`^  \[\d/8\] (\S+) `).FindStringSubmatch(line); g != nil {
+			names = append(names, g[1])
+		}
+	}
+	if want := []string{"netns", "veth", "cgroup", "files", "container", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
+		t.Errorf("progress steps %v, want %v:\n%s", names, want, progress)
+	}
+	create, sidecar := slices.Index(h.calls, "CreateContainer"), slices.Index(h.calls, "start run")
+	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(h.calls, "StartContainer") || slices.Contains(h.calls, "RunContainer") {
+		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", h.calls)
+	}
+	if sup := slices.Index(h.calls, "start sandbox"); sup < sidecar || st.SupervisorPid == 0 {
+		t.Errorf("calls %v, supervisor pid %d: want the supervisor started after the sidecar, and recorded", h.calls, st.SupervisorPid)
+	}
+	if !st.Container.Waiting {
+		t.Errorf("state %+v: want the container waiting", st.Container)
+	}
+	if pid, err := m.StartOnce("once"); err != nil || pid != 4242 {
+		t.Errorf("StartOnce = %d, %v", pid, err)
+	}
+	if err := m.Delete(context.Background(), "once"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	wantClean(t, m, h, "once")
+
+	m, h, _ = newTestManager(t)
+	h.failBefore["start run"] = errors.New("injected failure")
+	if _, err := m.Create(context.Background(), o); err == nil || !strings.Contains(err.Error(), "step sidecar: ") {
+		t.Fatalf("Create with a failing sidecar = %v", err)
+	}
+	if !slices.Contains(h.calls, "DeleteContainer") {
+		t.Errorf("calls %v: the created container was not deleted", h.calls)
+	}
+	wantClean(t, m, h, "once")
+	if _, err := m.StartOnce("once"); err == nil {
+		t.Error("StartOnce of a sandbox that is gone succeeded")
+	}
+}

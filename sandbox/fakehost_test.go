@@ -292,6 +292,16 @@ func (h *fakeHost) RunContainer(st *State, logFile string) error {
 	return h.op("RunContainer", func() error { return h.create("container " + st.Container.ID) })
 }
 
+func (h *fakeHost) CreateContainer(st *State, _ *OnceProcess, _ string) <-chan error {
+	done := make(chan error, 1)
+	done <- h.op("CreateContainer", func() error { return h.create("container " + st.Container.ID) })
+	return done
+}
+
+func (h *fakeHost) StartContainer(st *State) (int, error) {
+	return 4242, h.op("StartContainer", func() error { return nil })
+}
+
 func (h *fakeHost) DeleteContainer(st *State) error {
 	c := st.Container
 	return h.op("DeleteContainer", func() error {

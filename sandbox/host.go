@@ -35,6 +35,13 @@ type containerOps interface {
 	// RunContainer has the runtime create and start st's container, detached, the runtime
 	// started in the sandbox's network namespace (and cgroups, when airlock places it).
 	RunContainer(st *State, logFile string) error
+	// CreateContainer makes op the process of st's bundle and has the runtime create the
+	// container in the background, placed as RunContainer's, the process waiting for
+	// StartContainer with op's stdio; the channel gets the outcome.
+	CreateContainer(st *State, op *OnceProcess, logFile string) <-chan error
+	// StartContainer starts the process of a container CreateContainer made and returns its
+	// pid (as this process sees it).
+	StartContainer(st *State) (int, error)
 	// DeleteContainer kills and deletes the container and removes its bundle; a missing one
 	// is not an error.
 	DeleteContainer(st *State) error
@@ -139,6 +146,10 @@ func (linuxHost) WriteBundle(st *State) error            { return writeBundle(st
 func (linuxHost) StrayIDClaims(storeDir string) []string { return strayIDClaims(storeDir) }
 
 func (linuxHost) RunContainer(st *State, logFile string) error { return runContainer(st, logFile) }
+func (linuxHost) CreateContainer(st *State, op *OnceProcess, logFile string) <-chan error {
+	return createContainer(st, op, logFile)
+}
+func (linuxHost) StartContainer(st *State) (int, error) { return startContainer(st) }
 
 func (linuxHost) DeleteContainer(st *State) error {
 	c := st.Container

@@ -92,6 +92,12 @@ type CreateOptions struct {
 	// Once prepares the container without starting it: OnceCommand then runs one command as
 	// the container (`exec --ephemeral`), which saves the runtime a start, an exec and a delete.
 	Once bool
+	// OnceProcess, with Once, is the one command, known at create: the runtime then creates
+	// the container with it while the sidecar starts, and StartOnce starts it once the kernel
+	// programs are attached (`exec --ephemeral` without a terminal). This process becomes a
+	// child subreaper (the command's process is then its child: WaitContainer). Nil leaves
+	// the command to OnceCommand.
+	OnceProcess *OnceProcess
 	// RunArgs are extra `airlock run` flags for the sidecar.
 	RunArgs []string
 	// Env is the environment of the supervisor and the sidecar (credential sources, Vault,

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -53,33 +54,188 @@ func placementOf(st *State) placement {
 // started where placementOf says (making the v1 cgroups first when airlock places it); the
 // runtime's output goes to logFile, whose last lines an error quotes.
 func runContainer(st *State, logFile string) error {
-	c, p := st.Container, placementOf(st)
+	c := st.Container
+	logf, start, err := prepareRuntime(st, logFile)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	argv := runtimeArgs(c, "run", "--detach", "--bundle", c.Bundle, c.ID)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err = runPlaced(cmd, placementOf(st)); err != nil {
+		return fmt.Errorf("%s run %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, logTail(logFile, start))
+	}
+	return nil
+}
+
+// prepareRuntime makes the runtime's root (and the v1 cgroups when airlock places the
+// container) and opens logFile for appending, returning its size before.
+func prepareRuntime(st *State, logFile string) (*os.File, int64, error) {
+	c := st.Container
 	if err := os.MkdirAll(c.Root, 0o700); err != nil {
-		return fmt.Errorf("create runtime root %s: %w", c.Root, err)
+		return nil, 0, fmt.Errorf("create runtime root %s: %w", c.Root, err)
 	}
 	if c.SelfCgroups {
 		if _, err := createV1Cgroups(c.CgroupsPath, st.Limits); err != nil {
-			return err
+			return nil, 0, err
 		}
 	}
 	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("open log: %w", err)
+		return nil, 0, fmt.Errorf("open log: %w", err)
 	}
-	defer logf.Close()
 	start, _ := logf.Seek(0, 2)
-	argv := runtimeArgs(c, "run", "--detach", "--bundle", c.Bundle, c.ID)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, "/"
-	cmd.Env = []string{"PATH=" + defaultPath}
-	err = startPlaced(cmd, p)
+	return logf, start, nil
+}
+
+// runPlaced runs cmd (in / with the runtime's minimal environment) where p says and waits.
+func runPlaced(cmd *exec.Cmd, p placement) error {
+	cmd.Dir, cmd.Env = "/", []string{"PATH=" + defaultPath}
+	err := startPlaced(cmd, p)
 	if err == nil {
 		err = cmd.Wait()
 	}
-	if err != nil {
-		return fmt.Errorf("%s run %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, logTail(logFile, start))
+	return err
+}
+
+// createContainer makes op (run by onceArgv's shell) the process of st's bundle and has the
+// runtime create the container in the background (`create`, which returns once the
+// container's process waits to be started), placed as runContainer's, with op's stdio passed
+// through to the process and the runtime's own log in logFile. It makes this
+// process a child subreaper, so that the container's first process, orphaned when the runtime
+// exits, becomes its child: startContainer's caller waits for it (waitContainer).
+func createContainer(st *State, op *OnceProcess, logFile string) <-chan error {
+	done := make(chan error, 1)
+	c := st.Container
+	if err := setBundleProcess(c, onceArgv(op.Argv), execEnv(st, op.Exec), op.Exec.UID, op.Exec.GID, false); err != nil {
+		done <- err
+		return done
 	}
-	return nil
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		done <- fmt.Errorf("become a child subreaper: %w", err)
+		return done
+	}
+	logf, start, err := prepareRuntime(st, logFile)
+	if err != nil {
+		done <- err
+		return done
+	}
+	argv := append(runtimeArgs(c, "--log", logFile), "create", "--bundle", c.Bundle, "--pid-file", containerPidFile(c), c.ID)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = op.Stdio[0], op.Stdio[1], op.Stdio[2]
+	p := placementOf(st)
+	go func() {
+		defer logf.Close()
+		if err := runPlaced(cmd, p); err != nil {
+			done <- fmt.Errorf("%s create %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, logTail(logFile, start))
+			return
+		}
+		done <- nil
+	}()
+	return done
+}
+
+// containerPidFile is where `create` writes the pid of the container's first process.
+func containerPidFile(c *ContainerState) string { return filepath.Join(c.Bundle, "pid") }
+
+// startContainer has the runtime start the process of the container createContainer made
+// and returns its pid.
+func startContainer(st *State) (int, error) {
+	c := st.Container
+	data, err := os.ReadFile(containerPidFile(c))
+	if err != nil {
+		return 0, fmt.Errorf("container %s: %w", c.ID, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("container %s: pid file holds %q", c.ID, data)
+	}
+	if filepath.Base(c.Runtime) == "runc" {
+		if ok, err := startByFifo(filepath.Join(c.Root, c.ID, "exec.fifo"), pid); ok || err != nil {
+			return pid, err
+		}
+	}
+	argv := runtimeArgs(c, "start", c.ID)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := runPlaced(cmd, placement{hideUnified: c.SelfCgroups}); err != nil {
+		return 0, fmt.Errorf("%s start %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, bytes.TrimSpace(out.Bytes()))
+	}
+	return pid, nil
+}
+
+// startByFifo starts a created runc container the way `runc start` does (runc 1.0 to 1.2),
+// without paying for a runtime process on the path to the command: the container's process
+// waits until it has written a byte into runc's exec FIFO; reading it lets the process go on
+// to exec the command, and the FIFO is removed (runc then sees the container running). It
+// returns false when fifo is not there (a runc that works otherwise: call its `start`). Other
+// runtimes use the FIFO the other way round (crun's start writes), so only runc gets this. A process
+// that dies before it writes is an error, never a hang: its pidfd is watched beside the FIFO.
+func startByFifo(fifo string, pid int) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(fifo, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return false, nil
+	}
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return true, fmt.Errorf("container process %d: %w", pid, err)
+	}
+	defer unix.Close(pfd)
+	// Non-blocking: opening a FIFO to read returns at once; the writer's open then returns.
+	ffd, err := unix.Open(fifo, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true, fmt.Errorf("open %s: %w", fifo, err)
+	}
+	defer unix.Close(ffd)
+	var got int
+	buf := make([]byte, 16)
+	for {
+		fds := []unix.PollFd{{Fd: int32(ffd), Events: unix.POLLIN}, {Fd: int32(pfd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			return true, fmt.Errorf("wait for the container's process %d: %w", pid, err)
+		}
+		if fds[0].Revents&(unix.POLLIN|unix.POLLHUP) != 0 {
+			n, err := unix.Read(ffd, buf)
+			switch {
+			case n > 0:
+				got += n
+				continue
+			case err == nil && n == 0 && got > 0: // the writer closed it (it went on to exec): started
+				return true, os.Remove(fifo)
+			case err == nil && n == 0:
+				return true, fmt.Errorf("the container's process %d closed %s without starting", pid, fifo)
+			case err != nil && !errors.Is(err, unix.EAGAIN):
+				return true, fmt.Errorf("read %s: %w", fifo, err)
+			}
+		}
+		if fds[1].Revents != 0 && fds[0].Revents&unix.POLLIN == 0 {
+			if got > 0 {
+				return true, os.Remove(fifo)
+			}
+			return true, fmt.Errorf("the container's process %d died before it started", pid)
+		}
+	}
+}
+
+// WaitContainer waits for the first process of a container started by StartOnce (a child
+// of this process, its subreaper) and returns its exit code, 128+N for a death by signal N.
+func WaitContainer(pid int) (int, error) {
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("wait for the container's process %d: %w", pid, err)
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ws.ExitStatus(), nil
+	}
 }
 
 // startPlaced starts cmd from a thread that enterPlacement moved where p says, cloned straight

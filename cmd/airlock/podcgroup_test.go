@@ -20,8 +20,9 @@ func TestPodFlagsValidate(t *testing.T) {
 		{[]string{"--node-agent", "--transparent-addr", "off", "--environment", "production"}, ""},
 		{[]string{"--node-agent", "--transparent-addr", "off", "--pod-cgroup"}, "exclusive"},
 		{[]string{"--cgroup", "/sys/fs/cgroup/x", "--sandbox-netns", "/run/netns/x"}, ""},
-		{[]string{"--pod-cgroup", "--sandbox-netns", "/run/netns/x"}, "only with --cgroup"},
-		{[]string{"--sandbox-netns", "/run/netns/x"}, "only with --cgroup"},
+		{[]string{"--pod-cgroup", "--sandbox-netns", "/run/netns/x"}, "never a pod"},
+		{[]string{"--node-agent", "--sandbox-netns", "/run/netns/x"}, "never a pod"},
+		{[]string{"--sandbox-netns", "/run/netns/x"}, ""},
 	} {
 		fs, c := runFlags(io.Discard)
 		if _, err := fs.ParseArgs(append([]string{"--policy", "p.yaml"}, tc.args...), io.Discard, false); err != nil {

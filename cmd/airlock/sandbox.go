@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
+	"golang.org/x/term"
 )
 
 const sandboxUsage = `Usage: airlock sandbox <command> [flags] [args]
@@ -343,14 +344,24 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass}
 	if *ephemeral {
-		remove, err := createEphemeral(m, c, name, stderr)
+		// Without a terminal the runtime creates the container with the command while the
+		// sidecar starts; with one, the command starts it (runInSandbox).
+		var once *sandbox.OnceProcess
+		if !term.IsTerminal(int(os.Stdin.Fd())) {
+			once = &sandbox.OnceProcess{Argv: argv, Exec: o, Stdio: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}}
+		}
+		remove, err := createEphemeral(m, c, name, once, stderr)
 		if err != nil {
 			return err
 		}
 		defer remove()
+		if once != nil {
+			code, err := startCreated(m, name)
+			return exitCode(name, code, err)
+		}
 	}
-	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass}
 	if !*ephemeral {
 		// Nothing is left to do once the command runs: become it (no helper process, and
 		// the command's exit status and signals are its own).
@@ -362,6 +373,11 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		return cli.Failf("sandbox exec %s: %v", name, err)
 	}
 	code, err := runInSandbox(m, name, argv, o)
+	return exitCode(name, code, err)
+}
+
+// exitCode is the error sandbox exec returns for the command's exit code, or for err.
+func exitCode(name string, code int, err error) error {
 	if err != nil {
 		return cli.Failf("sandbox exec %s: %v", name, err)
 	}
@@ -372,12 +388,14 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 }
 
 // createEphemeral creates sandbox name for `exec --ephemeral` and returns its removal.
-func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.Writer) (remove func(), err error) {
+func createEphemeral(m *sandbox.Manager, c *createFlags, name string, once *sandbox.OnceProcess, stderr io.Writer) (remove func(), err error) {
 	o, err := c.options(name, nil)
 	if err != nil {
 		return nil, err
 	}
-	o.Once = true // the command starts the container (runInSandbox)
+	// The command starts the container (runInSandbox), or with once the runtime creates it
+	// with the command and startCreated starts it.
+	o.Once, o.OnceProcess = true, once
 	_, err = m.Create(context.Background(), o)
 	var warn *sandbox.Warning
 	if errors.As(err, &warn) {
@@ -392,6 +410,33 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, stderr io.
 			fmt.Fprintf(stderr, "airlock: sandbox exec --ephemeral: delete %s: %v\n", name, err)
 		}
 	}, nil
+}
+
+// startCreated starts the command of sandbox name (created with it by createEphemeral) and
+// returns its exit code. Signals that reach this process are passed on: the command's process
+// is the container's first, in a session of its own, and this process is its parent (a child
+// subreaper).
+func startCreated(m *sandbox.Manager, name string) (int, error) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	pid, err := m.StartOnce(name)
+	if err != nil {
+		return 0, err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				_ = syscall.Kill(pid, s.(syscall.Signal))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return sandbox.WaitContainer(pid)
 }
 
 // runInSandbox runs argv as the container of the sandbox (made by createEphemeral) with this

@@ -38,7 +38,7 @@ type Config struct {
 	// means none (unless PodCgroup).
 	Cgroup string
 	// SandboxNetns is the network namespace the sandbox's processes live in (--sandbox-netns,
-	// a path such as /run/netns/NAME; with Cgroup). When it is not the sidecar's own, the
+	// a path such as /run/netns/NAME; used with Cgroup, refused in pod modes). When it is not the sidecar's own, the
 	// sandbox's loopback is its own and the kernel allows it; empty denies loopback but the
 	// listeners, as in a pod, where the sandbox shares the sidecar's loopback.
 	SandboxNetns string
@@ -221,8 +221,8 @@ func (c *Config) validateKernel() error {
 		return errors.New("--cgroup-root is used only with --pod-cgroup")
 	case c.NodeAgent && (c.PodCgroup || c.Cgroup != ""):
 		return errors.New("--node-agent is exclusive with --cgroup and --pod-cgroup: the node agent finds the pod's cgroup")
-	case c.SandboxNetns != "" && c.Cgroup == "":
-		return errors.New("--sandbox-netns is used only with --cgroup (a local sandbox in a network namespace of its own)")
+	case c.SandboxNetns != "" && (c.PodCgroup || c.NodeAgent):
+		return errors.New("--sandbox-netns is for a local sandbox (--cgroup) in a network namespace of its own, never a pod, whose containers share the sidecar's")
 	case c.NodeAgentWait < 0:
 		return errors.New("--node-agent-wait must not be negative")
 	}

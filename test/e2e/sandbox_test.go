@@ -6,10 +6,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,6 +95,7 @@ func TestSandbox(t *testing.T) {
 	t.Run("SidecarKill", func(t *testing.T) { testSandboxSidecarKill(t, e, name) })
 	t.Run("Delete", func(t *testing.T) { testSandboxDelete(t, e) })
 	t.Run("Ephemeral", func(t *testing.T) { testSandboxEphemeral(t, e) })
+	t.Run("EphemeralStdinSignals", func(t *testing.T) { testSandboxEphemeralStdinSignals(t, e) })
 	t.Run("Reap", func(t *testing.T) { testSandboxReap(t, e) })
 	t.Run("Loop", func(t *testing.T) { testSandboxLoop(t, e) })
 	t.Run("Environment", func(t *testing.T) { testSandboxEnvironment(t, e) })
@@ -513,6 +517,50 @@ func testSandboxEphemeral(t *testing.T, e *sbEnv) {
 	}
 	if n := len(vethsIn(t, e.w.Sidecar)); n != vethsBefore {
 		t.Errorf("host veths: %d before, %d after", vethsBefore, n)
+	}
+}
+
+// exec --ephemeral without a terminal (the runtime creates the container with the command while
+// the sidecar starts): the command reads this process's stdin, and a SIGTERM sent to airlock
+// reaches it (its trap's exit status is airlock's); nothing is left afterwards.
+func testSandboxEphemeralStdinSignals(t *testing.T, e *sbEnv) {
+	name := e.name("ephsig")
+	e.cleanupSandbox(t, name)
+	args := append([]string{"sandbox", "exec", "--state-dir", e.stateDir, "--ephemeral"}, e.createArgs()...)
+	args = append(args, name, "--", "sh", "-c", `read line; echo "got $line"; trap 'echo terminated; exit 7' TERM; echo ready; while :; do sleep 0.05; done`)
+	ctx, cancel := context.WithTimeout(context.Background(), sbCommandTimeout)
+	defer cancel()
+	cmd := e.command(ctx, createEnv(), args...)
+	cmd.Stdin = strings.NewReader("hello from stdin\n")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if sc.Text() == "ready" {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("ephemeral exec after SIGTERM: %v, want exit 7 (the command's trap); stderr:\n%s", err, &stderr)
+	}
+	if want := []string{"got hello from stdin", "ready", "terminated"}; !slices.Equal(lines, want) {
+		t.Errorf("the command printed %q, want %q; stderr:\n%s", lines, want, &stderr)
+	}
+	if left := e.leftovers(t, name, sandboxInfo{}); len(left) > 0 {
+		t.Errorf("left after an ephemeral exec: %q", left)
 	}
 }
 
