@@ -30,12 +30,12 @@ func TestAuditTrailInjected(t *testing.T) {
 	for flag, want := range map[string]string{
 		"--audit-log": "/var/log/airlock/audit.log", "--audit-key": "/etc/airlock/audit-key/private.pem",
 		"--audit-ship-s3-bucket": "evidence", "--audit-ship-s3-prefix": "airlock", "--audit-ship-s3-endpoint": "http://s3.storage.svc:7070",
-		"--audit-ship-key-prefix":           "$(POD_NAMESPACE)/$(POD_NAME)/$(POD_UID)",
-		"--audit-ship-s3-credentials-file":  "/etc/airlock/audit-s3/credentials",
-		"--audit-ship-retention-mode":       "COMPLIANCE",
-		"--audit-ship-retention":            "2160h0m0s",
-		"--audit-ship-backlog":              "50331648", // three quarters of 64Mi
-		"--audit-max-bytes":                 "4194304",
+		"--audit-ship-key-prefix":          "$(POD_NAMESPACE)/$(POD_NAME)/$(POD_UID)",
+		"--audit-ship-s3-credentials-file": "/etc/airlock/audit-s3/credentials",
+		"--audit-ship-retention-mode":      "COMPLIANCE",
+		"--audit-ship-retention":           "2160h0m0s",
+		"--audit-ship-backlog":             "50331648", // three quarters of 64Mi
+		"--audit-max-bytes":                "4194304",
 	} {
 		if v, _ := argValue(sc.Args, flag); v != want {
 			t.Errorf("sidecar %s = %q, want %q", flag, v, want)
