@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,19 +93,38 @@ func (a *AuditOptions) validate(vaultAddr string) error {
 
 // auditSettings are what a pod's annotations choose for its trail.
 type auditSettings struct {
-	claim     string // AnnotationAuditClaim: a PVC instead of the emptyDir
-	keySecret string // AnnotationAuditKeySecret: the signing key's Secret
+	claim     string            // AnnotationAuditClaim: a PVC instead of the emptyDir
+	csiDriver string            // AnnotationAuditCSIDriver: an inline CSI volume instead
+	csiAttrs  map[string]string // AnnotationAuditCSIAttributes
+	keySecret string            // AnnotationAuditKeySecret: the signing key's Secret
 }
 
 // auditSettingsFor reads and checks the pod's audit annotations.
 func auditSettingsFor(pod *corev1.Pod) (auditSettings, error) {
-	s := auditSettings{claim: pod.Annotations[AnnotationAuditClaim], keySecret: pod.Annotations[AnnotationAuditKeySecret]}
-	for ann, v := range map[string]string{AnnotationAuditClaim: s.claim, AnnotationAuditKeySecret: s.keySecret} {
+	s := auditSettings{claim: pod.Annotations[AnnotationAuditClaim], keySecret: pod.Annotations[AnnotationAuditKeySecret],
+		csiDriver: pod.Annotations[AnnotationAuditCSIDriver]}
+	for ann, v := range map[string]string{AnnotationAuditClaim: s.claim, AnnotationAuditKeySecret: s.keySecret, AnnotationAuditCSIDriver: s.csiDriver} {
 		if v == "" {
 			continue
 		}
 		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
 			return s, deniedf("annotation %s %q is not a resource name: %s", ann, v, errs[0])
+		}
+	}
+	attrs := pod.Annotations[AnnotationAuditCSIAttributes]
+	switch {
+	case s.claim != "" && s.csiDriver != "":
+		return s, deniedf("annotations %s and %s are exclusive: the trail has one volume", AnnotationAuditClaim, AnnotationAuditCSIDriver)
+	case attrs != "" && s.csiDriver == "":
+		return s, deniedf("annotation %s needs %s", AnnotationAuditCSIAttributes, AnnotationAuditCSIDriver)
+	case attrs != "":
+		s.csiAttrs = map[string]string{}
+		for _, kv := range strings.Split(attrs, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || k == "" {
+				return s, deniedf("annotation %s %q: want key=value[,key=value]", AnnotationAuditCSIAttributes, attrs)
+			}
+			s.csiAttrs[k] = v
 		}
 	}
 	return s, nil
@@ -164,8 +184,11 @@ func (a *AuditOptions) volumes(s auditSettings) []corev1.Volume {
 	readable := int32(0o444)
 	size := a.SizeLimit
 	vol := corev1.Volume{Name: volumeAudit, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &size}}}
-	if s.claim != "" {
+	switch {
+	case s.claim != "":
 		vol.VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: s.claim}}
+	case s.csiDriver != "":
+		vol.VolumeSource = corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: s.csiDriver, VolumeAttributes: s.csiAttrs}}
 	}
 	out := []corev1.Volume{vol}
 	secret := func(name, secretName, key string) corev1.Volume {

@@ -74,6 +74,16 @@ func TestAuditTrailInjected(t *testing.T) {
 	if res, err := Mutate(got, "team-a", &o); err != nil || len(res.Patch) != 0 {
 		t.Errorf("second pass: %v, %+v; want no change", err, res.Patch)
 	}
+	// A CSI driver by annotation: an inline volume of that driver.
+	pod = basePod()
+	pod.Annotations[AnnotationAuditCSIDriver] = "trail.csi.example.com"
+	pod.Annotations[AnnotationAuditCSIAttributes] = "size=1Gi, class=worm"
+	got = applyPatch(t, pod, admit(t, h, pod, "team-a"))
+	for _, v := range got.Spec.Volumes {
+		if v.Name == volumeAudit && (v.CSI == nil || v.CSI.Driver != "trail.csi.example.com" || v.CSI.VolumeAttributes["class"] != "worm" || v.CSI.VolumeAttributes["size"] != "1Gi") {
+			t.Errorf("audit volume %+v, want the annotated CSI driver and attributes", v)
+		}
+	}
 	// Without the annotation: the default emptyDir, with its size limit.
 	pod = basePod()
 	got = applyPatch(t, pod, admit(t, h, pod, "team-a"))
@@ -123,6 +133,8 @@ func TestAuditSecretsAndVolumeRefused(t *testing.T) {
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: volumeAudit, MountPath: "/x"}}
 		}},
 		{"a bad annotation", func(p *corev1.Pod) { p.Annotations[AnnotationAuditKeySecret] = "../etc" }},
+		{"a PVC and a CSI driver", func(p *corev1.Pod) { p.Annotations[AnnotationAuditCSIDriver] = "csi.example.com" }},
+		{"CSI attributes without a driver", func(p *corev1.Pod) { p.Annotations[AnnotationAuditCSIAttributes] = "a=b" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := basePod()

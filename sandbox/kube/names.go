@@ -25,6 +25,11 @@ const (
 	// the sidecar's audit trail instead of the default emptyDir: the trail then outlives
 	// the pod on the node's or the storage's terms.
 	AnnotationAuditClaim = "airlock.dev/audit-volume-claim"
+	// AnnotationAuditCSIDriver names a CSI driver whose inline (ephemeral) volume holds the
+	// audit trail instead of the emptyDir; AnnotationAuditCSIAttributes gives its
+	// volumeAttributes as comma-separated key=value pairs. Not with AnnotationAuditClaim.
+	AnnotationAuditCSIDriver     = "airlock.dev/audit-volume-csi-driver"
+	AnnotationAuditCSIAttributes = "airlock.dev/audit-volume-csi-attributes"
 	// AnnotationAuditKeySecret names a Secret (in the pod's namespace) whose key
 	// "private.pem" is the Ed25519 key that signs the trail's checkpoints, mounted in the
 	// sidecar alone. Without it the sidecar makes a key on its state volume (the pod holds
