@@ -97,6 +97,10 @@ type Shipper struct {
 	cfg Config
 	log *logrus.Logger
 
+	// segs caches the chain range of each sealed file by path: sealed files never change,
+	// and a lagging backlog is measured every Poll. Only the goroutine shipping uses it.
+	segs map[string]audit.Segment
+
 	// mu guards st and status.
 	mu     sync.Mutex
 	st     state
@@ -135,7 +139,7 @@ func New(cfg Config) (*Shipper, error) {
 		lg = logrus.New()
 		lg.SetOutput(discard{})
 	}
-	return &Shipper{cfg: cfg, log: lg}, nil
+	return &Shipper{cfg: cfg, log: lg, segs: map[string]audit.Segment{}}, nil
 }
 
 type discard struct{}
@@ -247,12 +251,15 @@ func (s *Shipper) ShipSealed(ctx context.Context) error {
 // removes it once shipped unless it is the newest (the chain resumes from it after a
 // restart when the open file is empty).
 func (s *Shipper) shipFile(ctx context.Context, path string, newest bool) error {
-	b, err := os.ReadFile(path)
+	seg, ok, err := s.segment(path)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		return err
 	}
-	seg, ok := audit.SegmentOf(b)
 	if ok && seg.Last > s.st.LastSeq {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
 		if err := s.putVerified(ctx, s.Dir()+SegmentName(seg.First, seg.Last), b); err != nil {
 			return err
 		}
@@ -276,8 +283,24 @@ func (s *Shipper) shipFile(ctx context.Context, path string, newest bool) error 
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove shipped %s: %w", path, err)
 		}
+		delete(s.segs, path)
 	}
 	return nil
+}
+
+// segment returns the chain range of a sealed file (ok false: it holds no chained line),
+// read once and cached.
+func (s *Shipper) segment(path string) (audit.Segment, bool, error) {
+	if seg, ok := s.segs[path]; ok {
+		return seg, seg.Lines > 0, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return audit.Segment{}, false, fmt.Errorf("read %s: %w", path, err)
+	}
+	seg, ok := audit.SegmentOf(b)
+	s.segs[path] = seg
+	return seg, ok, nil
 }
 
 // putVerified uploads body and reads it back, comparing SHA-256: an upload counts only
@@ -316,10 +339,8 @@ func (s *Shipper) measure() {
 		if err != nil {
 			continue
 		}
-		if b, err := os.ReadFile(f); err == nil {
-			if seg, ok := audit.SegmentOf(b); ok && seg.Last <= s.st.LastSeq {
-				continue // shipped; kept as the newest sealed file
-			}
+		if seg, ok, err := s.segment(f); err == nil && ok && seg.Last <= s.st.LastSeq {
+			continue // shipped; kept as the newest sealed file
 		}
 		n += info.Size()
 		unshipped = append(unshipped, f)
@@ -353,12 +374,16 @@ func (s *Shipper) drop(unshipped []string, n int64) (int64, int) {
 		if n < s.cfg.Backlog || f == newest {
 			break
 		}
-		b, _ := os.ReadFile(f)
-		seg, _ := audit.SegmentOf(b)
+		info, err := os.Stat(f)
+		if err != nil {
+			break
+		}
+		seg, _, _ := s.segment(f)
 		if err := os.Remove(f); err != nil {
 			break
 		}
-		n -= int64(len(b))
+		delete(s.segs, f)
+		n -= info.Size()
 		dropped++
 		s.log.WithFields(logrus.Fields{"file": filepath.Base(f), "first_seq": seg.First, "last_seq": seg.Last, "backlog_bound": s.cfg.Backlog}).
 			Error("audit shipping backlog full: sealed file removed unshipped (fail-open); verify will name this range as missing")

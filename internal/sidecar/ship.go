@@ -88,6 +88,27 @@ type shipper struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	// credMu guards lastID and lastSecret: the last S3 keys read. Shutdown ships the tail
+	// after the credential broker has closed (its Vault token revoked); the keys read
+	// before are still the bucket's keys then.
+	credMu             sync.Mutex
+	lastID, lastSecret string
+	creds              ship.Credentials // credentials(), set at start
+}
+
+// prefetch reads the S3 keys once while the credential broker runs (at start, and at close,
+// before the broker closes), so that shutdown has them. A failure is logged: shipping
+// retries it.
+func (sp *shipper) prefetch() {
+	if sp.creds == nil || sp.s.cfg.Ship.S3Bucket == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, _, err := sp.creds(ctx); err != nil {
+		sp.s.log.WithField("error", err.Error()).Warn("audit shipping: the S3 keys cannot be read yet")
+	}
 }
 
 func (sp *shipper) name() string { return "audit shipper" }
@@ -116,6 +137,8 @@ func (sp *shipper) start(context.Context) error {
 		return err
 	}
 	sp.sh = sh
+	sp.creds = sp.credentials()
+	sp.prefetch()
 	sp.register()
 	ctx, cancel := context.WithCancel(context.Background())
 	sp.cancel, sp.done = cancel, make(chan struct{})
@@ -146,7 +169,7 @@ func (sp *shipper) store() (ship.Store, error) {
 		}
 	}
 	st, err := ship.NewS3Store(ship.S3Config{Bucket: c.S3Bucket, Region: c.S3Region, Endpoint: c.S3Endpoint,
-		Transport: s.operator.Transport(egress.AllRanges(), tc), Credentials: sp.credentials()})
+		Transport: s.operator.Transport(egress.AllRanges(), tc), Credentials: func(ctx context.Context) (string, string, string, error) { return sp.creds(ctx) }})
 	if err != nil {
 		return nil, fmt.Errorf("--audit-ship-s3-*: %w", err)
 	}
@@ -159,34 +182,47 @@ func (sp *shipper) store() (ship.Store, error) {
 func (sp *shipper) credentials() ship.Credentials {
 	c := sp.s.cfg.Ship
 	return func(ctx context.Context) (string, string, string, error) {
-		var id, secret string
-		if c.S3CredentialsFile != "" {
-			b, err := os.ReadFile(c.S3CredentialsFile)
-			if err != nil {
-				return "", "", "", fmt.Errorf("--audit-ship-s3-credentials-file: %v", err)
+		id, secret, err := sp.readCredentials(ctx, c)
+		sp.credMu.Lock()
+		defer sp.credMu.Unlock()
+		if err != nil {
+			if sp.lastID == "" {
+				return "", "", "", err
 			}
-			var ok bool
-			if id, secret, ok = strings.Cut(strings.TrimSpace(string(b)), ":"); !ok || id == "" || secret == "" {
-				return "", "", "", fmt.Errorf("--audit-ship-s3-credentials-file %s: want ACCESS_KEY_ID:SECRET_ACCESS_KEY", c.S3CredentialsFile)
-			}
-		} else {
-			src := sp.s.creds.vaultSource()
-			if src == nil {
-				return "", "", "", fmt.Errorf("--audit-ship-s3-credentials-vault %s: vault is not started", c.S3CredentialsVault)
-			}
-			var got [2]string
-			for i, field := range []string{"access_key_id", "secret_access_key"} {
-				v, err := src.Fetch(ctx, "audit-ship-"+field, policy.Secret{Vault: &policy.VaultRef{Path: c.S3CredentialsVault, Field: field}})
-				if err != nil {
-					return "", "", "", fmt.Errorf("--audit-ship-s3-credentials-vault %s: %w", c.S3CredentialsVault, err)
-				}
-				got[i] = v.Secret
-			}
-			id, secret = got[0], got[1]
+			return sp.lastID, sp.lastSecret, "", nil
 		}
 		sp.s.redactor.Add(secret)
+		sp.lastID, sp.lastSecret = id, secret
 		return id, secret, "", nil
 	}
+}
+
+// readCredentials reads the S3 keys from the file or from Vault.
+func (sp *shipper) readCredentials(ctx context.Context, c ShipConfig) (id, secret string, err error) {
+	if c.S3CredentialsFile != "" {
+		b, err := os.ReadFile(c.S3CredentialsFile)
+		if err != nil {
+			return "", "", fmt.Errorf("--audit-ship-s3-credentials-file: %v", err)
+		}
+		id, secret, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+		if !ok || id == "" || secret == "" {
+			return "", "", fmt.Errorf("--audit-ship-s3-credentials-file %s: want ACCESS_KEY_ID:SECRET_ACCESS_KEY", c.S3CredentialsFile)
+		}
+		return id, secret, nil
+	}
+	src := sp.s.creds.vaultSource()
+	if src == nil {
+		return "", "", fmt.Errorf("--audit-ship-s3-credentials-vault %s: vault is not started", c.S3CredentialsVault)
+	}
+	var got [2]string
+	for i, field := range []string{"access_key_id", "secret_access_key"} {
+		v, err := src.Fetch(ctx, "audit-ship-"+field, policy.Secret{Vault: &policy.VaultRef{Path: c.S3CredentialsVault, Field: field}})
+		if err != nil {
+			return "", "", fmt.Errorf("--audit-ship-s3-credentials-vault %s: %w", c.S3CredentialsVault, err)
+		}
+		got[i] = v.Secret
+	}
+	return got[0], got[1], nil
 }
 
 // register adds the airlock_audit_ship_* metrics.
@@ -234,6 +270,7 @@ func (sp *shipper) close(context.Context) error {
 		if sp.cancel != nil {
 			sp.cancel()
 			<-sp.done
+			sp.prefetch() // the broker closes next, its Vault token revoked
 		}
 	})
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/audit"
 	"github.com/airlock-dev/airlock/audit/ship"
 	"github.com/airlock-dev/airlock/test/s3test"
+	"github.com/airlock-dev/airlock/test/vaulttest"
 )
 
 // A sidecar with --audit-ship-s3-* ships its sealed audit files through the operator's dial
@@ -110,5 +111,61 @@ func TestAuditShippedToS3AndClosedAtShutdown(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), srv.SecretKey) {
 		t.Error("the S3 secret key reached the sidecar's log")
+	}
+}
+
+// With --audit-ship-s3-credentials-vault the bucket's keys come from a real Vault through the
+// credential broker's Vault login; the tail and the closing marker ship at Close, after the
+// broker has closed (and revoked its token), with the keys read before.
+func TestAuditShippedWithS3KeysFromVault(t *testing.T) {
+	v := vaulttest.Start(t)
+	srv := s3test.Start(t)
+	v.PutKV(t, "audit-s3", map[string]any{"access_key_id": srv.AccessKey, "secret_access_key": srv.SecretKey})
+	creds := func(context.Context) (string, string, string, error) { return srv.AccessKey, srv.SecretKey, "", nil }
+	store, err := ship.NewS3Store(ship.S3Config{Bucket: "vaulted", Endpoint: srv.Endpoint, Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("vaulted")}); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writePolicy(t, file, fmt.Sprintf(inprocPolicy, 443))
+	var stderr syncBuffer
+	cfg := testConfig(t, file, &stderr)
+	cfg.Vault = VaultConfig{Addr: v.Address, CACert: v.CACertFile, Auth: "token", Token: v.RootToken}
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	cfg.Audit.MaxBytes = 1024
+	cfg.Ship = ShipConfig{S3Bucket: "vaulted", S3Endpoint: srv.Endpoint, S3CredentialsVault: "secret/data/audit-s3", KeyPrefix: "ns/pod/uid"}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client := proxyClient(s.Addrs().Proxy)
+	for range 15 {
+		if status, _, _ := get(t, client, "http://denied.test/"); status != http.StatusForbidden {
+			t.Fatalf("denied request: %d", status)
+		}
+	}
+	client.CloseIdleConnections()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	chains, err := ship.Fetch(context.Background(), store, "", t.TempDir())
+	if err != nil || len(chains) != 1 {
+		t.Fatalf("fetch: %d chains, %v; want 1", len(chains), err)
+	}
+	rep, err := chains[0].Verify(audit.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, ok := chains[0].Verdict(rep); !ok || rep.Events < 15 {
+		t.Fatalf("verdict %q with %d events, want intact and closed", line, rep.Events)
+	}
+	if strings.Contains(stderr.String(), srv.SecretKey) {
+		t.Error("the S3 secret key from Vault reached the sidecar's log")
 	}
 }
