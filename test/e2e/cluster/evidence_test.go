@@ -74,7 +74,8 @@ func TestEvidenceOnARealCluster(t *testing.T) {
 		return
 	}
 	// Each step needs a pod the one before showed can start: stop at the first failure.
-	_ = t.Run("one chain across a sidecar restart, closed, verified and exported from the bucket", func(t *testing.T) { e.restartAndDelete(ctx, t) }) &&
+	_ = t.Run("Pod Security restricted admits the injected trail", func(t *testing.T) { e.restrictedAdmits(ctx, t) }) &&
+		t.Run("one chain across a sidecar restart, closed, verified and exported from the bucket", func(t *testing.T) { e.restartAndDelete(ctx, t) }) &&
 		t.Run("S3 down: requests served, the backlog ships when it is back", func(t *testing.T) { e.s3Outage(ctx, t) }) &&
 		t.Run("pod deleted while S3 is down: open at the last shipped seq", func(t *testing.T) { e.lostTail(ctx, t) })
 }
@@ -118,6 +119,49 @@ func (e *evidence) prepareNamespace(ctx context.Context, t *testing.T) {
 	got := e.kubectl(ctx, t, "-n", "airlock-system", "get", "configmap", "airlock-audit-keys", "-o", `jsonpath={.data.k14\.pem}`)
 	e.pub = filepath.Join(t.TempDir(), "verifier.pem")
 	writeFile(t, e.pub, []byte(got))
+}
+
+// restrictedAdmits has the API server admit (server-side dry run: the webhook, then Pod
+// Security "restricted") a labelled pod whose trail is on each kind of audit volume, signed
+// with the namespace's Secret: the injected sidecar and its volumes stay restricted.
+func (e *evidence) restrictedAdmits(ctx context.Context, t *testing.T) {
+	e.apply(ctx, t, `apiVersion: v1
+kind: Namespace
+metadata:
+  name: k14r
+  labels: {pod-security.kubernetes.io/enforce: restricted}
+`)
+	for _, volume := range []string{"", "airlock.dev/audit-volume-claim: k14-trail, ", "airlock.dev/audit-volume-csi-driver: trail.csi.test, "} {
+		manifest := `apiVersion: v1
+kind: Pod
+metadata:
+  name: k14r-agent
+  namespace: k14r
+  labels: {airlock.dev/inject: "true"}
+  annotations: {` + volume + `airlock.dev/policy: agent-policy, airlock.dev/audit-signing-secret: k14-audit-key}
+spec:
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65534, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: app
+      image: ` + kubecluster.ProbeImage + `
+      imagePullPolicy: Never
+      securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+`
+		cmd := e.c.Command(ctx, e.c.Bins.Path("kubectl"), "create", "--dry-run=server", "-o", "json", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("a restricted namespace refuses the injected pod (%s): %v\n%s", volume, err, out)
+		}
+		var p pod
+		if err := json.Unmarshal(out, &p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != "airlock" || !strings.Contains(string(out), "/var/log/airlock/audit.log") {
+			t.Errorf("admitted pod (%s) has no sidecar writing the audit log: %s", volume, out)
+		}
+	}
 }
 
 // evidencePod creates a labelled pod signing with the namespace's key, waits for it and
