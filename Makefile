@@ -6,6 +6,7 @@
 #   make demo      (root) a local sandbox in a throwaway world: allowed, denied, credential, LLM call
 #   make image     airlock's image tarball (offline, reproducible): bin/airlock-image.tar
 #   make kubecluster  build/cache the test cluster's binaries (for AIRLOCK_CLUSTER_TESTS=1)
+#   make s3test    build/cache the S3 test server (versitygw) the audit shipping tests run
 #   make deps      (root, Debian 12) install the packages the tests need (tools/deps.sh)
 #   make test      vet + every test, privileged ones included when run as root
 #   make bench     proxied req/s (HTTP and HTTPS) against direct, Squid and tinyproxy, as ratios
@@ -35,7 +36,7 @@ BPF_CLANG_MAJOR ?= 14
 TESTFLAGS   ?=
 BENCHFLAGS  ?=
 
-.PHONY: all build image run demo deps test vaulttest kubecluster bench bench-kube lint generate fuzz clean
+.PHONY: all build image run demo deps test vaulttest s3test kubecluster bench bench-kube lint generate fuzz clean
 
 all: build
 
@@ -79,6 +80,12 @@ demo: build
 vaulttest:
 	$(GO) run ./test/vaulttest/buildserver
 
+# The audit shipping tests run a real S3 server: versitygw with its posix backend
+# (test/s3test/server, its own module), built once into $(CACHE)/ keyed on its go.mod and
+# go.sum; a cold build takes about 5 minutes on 2 cores.
+s3test:
+	$(GO) run ./test/s3test/buildserver
+
 # The real-cluster tests (test/kubecluster, AIRLOCK_CLUSTER_TESTS=1) run Kubernetes 1.37
 # built from source through test/kubecluster/build (its own module) and containerd, runc,
 # CNI plugins and nft unpacked from Debian packages (needs apt-get update; nothing is
@@ -92,7 +99,7 @@ kubecluster:
 deps:
 	tools/deps.sh install test
 
-test: vaulttest
+test: vaulttest s3test
 	@tools/deps.sh ensure test
 	$(GO) vet ./...
 	$(GO) test -race -count=1 $(TESTFLAGS) ./...

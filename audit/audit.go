@@ -36,6 +36,7 @@ const (
 	KindCredential Kind = "credential" // a credential injection, failure or misuse
 	KindPolicy     Kind = "policy"     // a policy load or reload
 	KindAudit      Kind = "audit"      // the audit log's own events (an outage it recovered from)
+	KindApproval   Kind = "approval"   // an ask to the operator, a grant, a denial, an expiry or a revocation (package approval)
 )
 
 // Decision values of the contract.

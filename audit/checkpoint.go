@@ -3,6 +3,7 @@ package audit
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	hexenc "encoding/hex"
@@ -54,6 +55,7 @@ type checkpointJSON struct {
 	Seq        uint64    `json:"seq"`
 	Hash       string    `json:"hash"`
 	Key        string    `json:"key"`
+	Kid        string    `json:"kid,omitempty"`
 	Sig        string    `json:"sig"`
 	Version    int       `json:"v,omitempty"`
 }
@@ -75,7 +77,7 @@ func (c Checkpoint) Boundary() bool { return c.Version >= 2 && c.Why == "rotate"
 // MarshalJSON encodes c as one line of the checkpoint file.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(checkpointJSON{Checkpoint: c.Why, Time: c.Time.UTC(), Sandbox: c.Sandbox, File: c.File,
-		Seq: c.Seq, Hash: hexenc.EncodeToString(c.Hash[:]), Key: base64.StdEncoding.EncodeToString(c.Key),
+		Seq: c.Seq, Hash: hexenc.EncodeToString(c.Hash[:]), Key: base64.StdEncoding.EncodeToString(c.Key), Kid: KeyID(c.Key),
 		Sig: base64.StdEncoding.EncodeToString(c.Sig), Version: c.Version})
 }
 
@@ -98,10 +100,47 @@ func ParseCheckpoint(b []byte) (Checkpoint, error) {
 	if c.Key, err = base64.StdEncoding.DecodeString(j.Key); err != nil || len(c.Key) != ed25519.PublicKeySize {
 		return Checkpoint{}, errors.New("decode checkpoint: key is not a base64 Ed25519 public key")
 	}
+	if j.Kid != "" && j.Kid != KeyID(c.Key) {
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: key id %q is not the id of its key (%s)", j.Kid, KeyID(c.Key))
+	}
 	if c.Sig, err = base64.StdEncoding.DecodeString(j.Sig); err != nil {
 		return Checkpoint{}, errors.New("decode checkpoint: signature is not base64")
 	}
 	return c, nil
+}
+
+// KeyID names a checkpoint signing key: "ed25519:" and the first 16 hex digits of the
+// SHA-256 of the public key. Checkpoints carry it (kid), so that a verifier holding several
+// keys (before and after a rotation) sees which one signed; it is not a secret and proves
+// nothing by itself: the signature is checked against the key the verifier holds.
+func KeyID(pub ed25519.PublicKey) string {
+	if len(pub) != ed25519.PublicKeySize {
+		return ""
+	}
+	sum := sha256.Sum256(pub)
+	return "ed25519:" + hexenc.EncodeToString(sum[:8])
+}
+
+// ParsePublicKeys reads every Ed25519 public key (PKIX PEM blocks, or a private key's
+// public half) in b: a verifier's key file may hold the keys before and after a rotation.
+func ParsePublicKeys(b []byte) ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	for n := 1; ; n++ {
+		blk, rest := pem.Decode(b)
+		if blk == nil {
+			break
+		}
+		pub, err := ParsePublicKey(pem.EncodeToMemory(blk))
+		if err != nil {
+			return nil, fmt.Errorf("PEM block %d: %w", n, err)
+		}
+		keys = append(keys, pub)
+		b = rest
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("parse audit public key: no PEM block")
+	}
+	return keys, nil
 }
 
 // Verify checks c's signature with pub (or, when pub is nil, with the key the checkpoint

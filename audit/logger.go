@@ -70,6 +70,7 @@ type Logger struct {
 	failedUpTo  uint64 // the last line of the batch whose write last failed
 	writeErr    error  // nil while the primary sink takes writes
 	cpErr       error  // nil while checkpoints are written
+	sealErr     error  // why SealOnClose could not rotate the file at Close
 	refused     int64  // Commit calls refused while writeErr was set
 	downSince   time.Time
 	closed      bool
@@ -122,6 +123,10 @@ type Options struct {
 	// the credential broker's redactor, so no secret value reaches the audit trail. Nil
 	// writes lines as they are.
 	Redact func([]byte) []byte
+	// SealOnClose rotates File at Close (after the last write, with a signed "rotate"
+	// checkpoint), so that the tail is a sealed file a shipper may take; a later Logger on
+	// the same File continues the chain from it in a new file. False leaves the tail open.
+	SealOnClose bool
 }
 
 // New returns a Logger and starts its writer goroutine; Close stops it. It opens
@@ -302,7 +307,7 @@ func (l *Logger) Close() error {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err := errors.Join(l.writeErr, l.cpErr)
+	err := errors.Join(l.writeErr, l.cpErr, l.sealErr)
 	if !already {
 		if l.cp != nil {
 			err = errors.Join(err, l.cp.close())

@@ -62,6 +62,11 @@ type PackVerify struct {
 // whose source is absent are left out. The pack is written even when verification finds
 // tampering: the manifest says so.
 func WritePack(dir, sandbox string, files []PackFile, pub ed25519.PublicKey, now time.Time) (Manifest, error) {
+	return WritePackWith(dir, sandbox, files, VerifyOptions{Key: pub}, now)
+}
+
+// WritePackWith is WritePack verifying with opt (several keys, a checkpoint period).
+func WritePackWith(dir, sandbox string, files []PackFile, opt VerifyOptions, now time.Time) (Manifest, error) {
 	m := Manifest{Sandbox: sandbox, Created: now.UTC()}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return m, fmt.Errorf("create evidence pack: %w", err)
@@ -86,7 +91,7 @@ func WritePack(dir, sandbox string, files []PackFile, pub ed25519.PublicKey, now
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	if len(auditFiles) > 0 {
-		rep, err := Verify(auditFiles, pub)
+		rep, err := VerifyWith(auditFiles, opt)
 		if err != nil {
 			return m, err
 		}

@@ -79,6 +79,10 @@ type VerifyOptions struct {
 	// Key is the public key every checkpoint must be signed with. Nil checks each
 	// checkpoint against the key it names, and anchors nothing.
 	Key ed25519.PublicKey
+	// Keys are further keys a checkpoint may be signed with (the keys before and after a
+	// rotation); each checkpoint is checked against the one among Key and Keys that it
+	// names. With Keys, Key may be nil.
+	Keys []ed25519.PublicKey
 	// CheckpointEvery is the checkpoint period the log was written with (--audit-checkpoint-
 	// every); zero means DefaultCheckpointEvery. Lines written more than this plus
 	// CrashGrace after the last checkpoint are more than a crash explains.
@@ -119,8 +123,12 @@ func Verify(paths []string, pub ed25519.PublicKey) (Report, error) {
 // checkpoint than the checkpoint period plus CrashGrace. It returns an error only when a
 // file cannot be read.
 func VerifyWith(paths []string, opt VerifyOptions) (Report, error) {
-	pub := opt.Key
-	rep := Report{KeyGiven: pub != nil}
+	keys := opt.Keys
+	if opt.Key != nil {
+		keys = append([]ed25519.PublicKey{opt.Key}, keys...)
+	}
+	pub := keyring(keys)
+	rep := Report{KeyGiven: len(keys) > 0}
 	logs, cps, err := classify(paths)
 	if err != nil {
 		return rep, err
@@ -137,7 +145,7 @@ func VerifyWith(paths []string, opt VerifyOptions) (Report, error) {
 			return rep, err
 		}
 	}
-	if rep.Tampered == nil && pub != nil {
+	if rep.Tampered == nil && len(keys) > 0 {
 		every := opt.CheckpointEvery
 		if every <= 0 {
 			every = DefaultCheckpointEvery
@@ -401,7 +409,7 @@ func (r *Report) junkLine(lines []vline, i int, last *vline) *Problem {
 
 // checkpoints checks every checkpoint's signature and that the lines it covers are there
 // with the hash it signed.
-func (r *Report) checkpoints(files []string, pub ed25519.PublicKey, bySeq map[uint64]vline) error {
+func (r *Report) checkpoints(files []string, pub keyring, bySeq map[uint64]vline) error {
 	for _, path := range files {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -421,12 +429,12 @@ func (r *Report) checkpoints(files []string, pub ed25519.PublicKey, bySeq map[ui
 }
 
 // checkpoint checks one checkpoint line.
-func (r *Report) checkpoint(path string, no int, text []byte, pub ed25519.PublicKey, bySeq map[uint64]vline) *Problem {
+func (r *Report) checkpoint(path string, no int, text []byte, pub keyring, bySeq map[uint64]vline) *Problem {
 	c, err := ParseCheckpoint(text)
 	if err != nil {
 		return &Problem{ProblemChanged, path, no, err.Error()}
 	}
-	if !c.Verify(pub) {
+	if !pub.verify(c) {
 		return &Problem{ProblemSignature, path, no, fmt.Sprintf("the checkpoint of seq %d is not signed by the key", c.Seq)}
 	}
 	r.Checkpoints++
@@ -448,4 +456,20 @@ func (r *Report) checkpoint(path string, no int, text []byte, pub ed25519.Public
 	}
 	r.SignedSeq = max(r.SignedSeq, c.Seq)
 	return nil
+}
+
+// keyring is the keys a verifier trusts; empty trusts the key each checkpoint names.
+type keyring []ed25519.PublicKey
+
+// verify checks c against the trusted key it names (or, with no trusted key, its own).
+func (k keyring) verify(c Checkpoint) bool {
+	if len(k) == 0 {
+		return c.Verify(nil)
+	}
+	for _, pub := range k {
+		if pub.Equal(c.Key) {
+			return c.Verify(pub)
+		}
+	}
+	return false
 }

@@ -82,6 +82,9 @@ func (l *Logger) writeLoop() {
 		l.await(tick.C, mirrorDue)
 		l.gather(rest)
 		ok, closed := l.flush()
+		if closed {
+			l.seal()
+		}
 		l.maintain(closed)
 		if closed {
 			l.writeMirror(true)
@@ -258,6 +261,20 @@ func (l *Logger) writePrimary(batch []byte) error {
 		}
 	}
 	return l.file.write(batch)
+}
+
+// seal rotates a non-empty file at Close when Options.SealOnClose asks for it. A failure is
+// kept for Close to return (the tail stays in the open file, and is sealed by the next
+// start's rotation or shipped from there).
+func (l *Logger) seal() {
+	if !l.opts.SealOnClose || l.file == nil || l.file.size == 0 {
+		return
+	}
+	if err := l.rotate(); err != nil {
+		l.mu.Lock()
+		l.sealErr = fmt.Errorf("%w: seal audit log: %w", ErrUnavailable, err)
+		l.mu.Unlock()
+	}
 }
 
 // rotate signs a checkpoint of the chain so far and starts a new file.

@@ -1,6 +1,7 @@
 package dnsfilter
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"time"
@@ -24,6 +25,16 @@ type AllowMap interface {
 // Current once per query, so a reload applies to the next query.
 type PolicySource interface {
 	Current() *policy.Policy
+}
+
+// Approvals is the approval stage (package approval; internal/sidecar passes it in): with
+// spec.approval, a query for a name no rule names is held (at most
+// policy.DNSApprovalHoldCap) while the operator is asked. SettleName returns the policy and
+// decision the query goes on with: allowed by a grant (its addresses then enter the allow
+// map like any answer's), or a denial with ReasonApprovalPending or ReasonApprovalDenied
+// whose detail, with the ask's ID, goes into the Extended DNS Error.
+type Approvals interface {
+	SettleName(ctx context.Context, pol *policy.Policy, nd policy.NameDecision) (*policy.Policy, policy.NameDecision)
 }
 
 // Defaults for the zero values of Config.
@@ -66,6 +77,9 @@ type Config struct {
 	Timeout time.Duration
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Approvals holds queries for names no rule names while the operator is asked. Nil
+	// means they are refused at once.
+	Approvals Approvals
 	// Brake is the exfiltration brake (see Brake). Nil means one of the filter's own; the
 	// sidecar passes the one its proxy's resolver admits names through too.
 	Brake *Brake

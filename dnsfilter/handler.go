@@ -107,6 +107,10 @@ func (f *Filter) answer(q *query) {
 	q.ev.Policy = pol.Name() // the policy this query is decided under
 	cfg := pol.DNS()
 	nd := f.decided.decide(pol, qs.Name)
+	if !nd.Allowed() && f.cfg.Approvals != nil {
+		pol, nd = f.cfg.Approvals.SettleName(context.Background(), pol, nd)
+		q.ev.Policy, cfg = pol.Name(), pol.DNS()
+	}
 	q.ev.Rule, q.ev.Reason, q.ev.Detail = nd.Rule, string(nd.Reason), nd.Detail
 	if nd.Host != "" {
 		q.name, q.ev.Destination = nd.Host, nd.Host

@@ -98,6 +98,7 @@ type hostTraffic struct {
 	leftOut     int                          // requests seen but left out (inexpressible)
 	tunnels     int                          // connect events
 	requests    map[string]map[string]*stats // method → normalised path → stats
+	grants      []string                     // the operator's grants of the host (approval events), for comments
 	parentRule  string                       // the parent rule that allowed the connection, if any
 }
 
@@ -163,6 +164,9 @@ func (l *learner) observe(e audit.Event) {
 	case audit.KindDNS:
 		l.all.add(e.Time, weight(e))
 		l.observeDNS(e)
+		return
+	case audit.KindApproval:
+		l.observeGrant(e)
 		return
 	default:
 		l.ignored[e.Kind]++
@@ -269,6 +273,48 @@ func (l *learner) observeDNS(e audit.Event) {
 		l.dnsOnly[h.Name] = s
 	}
 	s.add(e.Time, weight(e))
+}
+
+// grantDecision is the decision value of an approval event that granted an ask (package
+// approval's EventGrant; learn reads the trail, not that package).
+const grantDecision = "grant"
+
+// observeGrant takes an operator's grant (an approval event "host:port[,port]") as a
+// connection to the host on its ports, so that an approval becomes a reviewed rule of the
+// candidate instead of a standing exception. Other approval events are ignored.
+func (l *learner) observeGrant(e audit.Event) {
+	if e.Decision != grantDecision {
+		l.ignored[e.Kind]++
+		return
+	}
+	host, ports, ok := strings.Cut(e.Destination, ":")
+	for _, p := range strings.Split(ports, ",") {
+		if !ok {
+			break
+		}
+		one := e
+		one.Kind, one.Decision, one.Destination = audit.KindConnect, audit.DecisionAllow, net.JoinHostPort(host, p)
+		h, port, why := classify(one)
+		if why != "" {
+			l.noteOut(l.leftOut, one.Destination, why, e)
+			continue
+		}
+		if l.opt.Parent != nil {
+			if d := l.parentDecision(one, h, port); !d.Allowed() || d.WouldDeny {
+				l.noteOut(l.parentNo, one.Destination, fmt.Sprintf("granted by the operator, but %s: %s", d.Reason, d.Detail), e)
+				continue
+			}
+		}
+		t := l.host(h)
+		t.ports[port] = true
+		t.all.add(e.Time, 1)
+		if note := fmt.Sprintf("granted by the operator (%s; %s)", e.RequestID, e.Detail); !slices.Contains(t.grants, note) {
+			t.grants = append(t.grants, note)
+		}
+	}
+	if !ok {
+		l.noteOut(l.leftOut, e.Destination, "the grant's destination is not host:ports", e)
+	}
 }
 
 // parentDecision decides e under the parent as enforce would.

@@ -135,6 +135,9 @@ func (l *learner) header(b *bytes.Buffer) {
 
 func writeRule(b *bytes.Buffer, r *learnedRule) {
 	fmt.Fprintf(b, "    # %s: %s\n", r.t.host.Name, r.t.all)
+	for _, g := range r.t.grants {
+		fmt.Fprintf(b, "    # %s\n", comment(g))
+	}
 	if r.http == nil && r.parentHTTP == nil && r.noL7 != "" {
 		fmt.Fprintf(b, "    # every method and path: %s\n", comment(r.noL7))
 	}

@@ -95,6 +95,12 @@ type Decision struct {
 	Host string
 	// Port is the port the decision was made on (defaults applied).
 	Port int
+	// Grant is the ID of the operator's grant that allowed the request (its rule is
+	// "grant:ID", see WithGrants); empty when a written rule did, or on a deny.
+	Grant string
+	// Ask is the ID of the open ask about this request, on a denial with
+	// ReasonApprovalPending or ReasonApprovalDenied (set by package approval); else empty.
+	Ask string
 }
 
 // Allowed reports whether the verdict is Allow.

@@ -25,6 +25,7 @@ type rule struct {
 	tcp     bool
 	http    []httpMatch
 	secrets []string // names the inject entries use, sorted, each once
+	grant   string   // the grant ID of a rule WithGrants added, "" for a written rule
 }
 
 // httpMatch is one compiled L7 rule.

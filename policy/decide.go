@@ -47,6 +47,7 @@ func deny(d Decision, reason Reason, rule *rule, format string, args ...any) Dec
 // allow fills in an allow decision by rule r.
 func allow(d Decision, r *rule, detail string) Decision {
 	d.Verdict, d.Reason, d.Rule, d.Detail = Allow, ReasonRuleMatched, r.spec.Name, detail
+	d.Grant = r.grant
 	d.Secrets = slices.Clone(r.secrets)
 	d.Intercept = r.intercept()
 	return d

@@ -22,6 +22,9 @@ type Explanation struct {
 	Port      int      `json:"port"`
 	Intercept bool     `json:"intercept"`
 	Secrets   []string `json:"secrets"`
+	// Grant is the ID of the operator's grant that allows the request (spec.approval), when
+	// the policy was given its grants (WithGrants); empty when a written rule decides.
+	Grant string `json:"grant,omitempty"`
 }
 
 // Explain decides the request for rawURL and method the way the sidecar would (DecideAddr)
@@ -36,7 +39,7 @@ func (p *Policy) Explain(rawURL, method string) (Explanation, error) {
 	ex := Explanation{
 		URL: rawURL, Method: req.Method, Decision: d.Verdict.String(), WouldDeny: d.WouldDeny,
 		Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail, Host: d.Host, Port: d.Port,
-		Intercept: d.Intercept, Secrets: d.Secrets,
+		Intercept: d.Intercept, Secrets: d.Secrets, Grant: d.Grant,
 	}
 	if ex.Secrets == nil {
 		ex.Secrets = []string{}
@@ -60,6 +63,9 @@ func (ex Explanation) String() string {
 	}
 	fmt.Fprintf(&b, "rule:      %s\n", rule)
 	fmt.Fprintf(&b, "reason:    %s: %s\n", ex.Reason, ex.Detail)
+	if ex.Grant != "" {
+		fmt.Fprintf(&b, "grant:     %s (the operator's grant, not a written rule: airlock approvals list)\n", ex.Grant)
+	}
 	if ex.Decision == "allow" {
 		fmt.Fprintf(&b, "intercept: %t\n", ex.Intercept)
 		secrets := "(none)"

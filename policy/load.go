@@ -94,10 +94,12 @@ func (l *loader) parse(source string, data []byte, chain []string) (*Policy, err
 	compileSecrets(d, doc.Spec.Secrets)
 	compileLLM(d, doc.Spec.LLM)
 	own := compileRules(d, doc.Spec.Egress, p.name)
+	never := compileApproval(d, doc.Spec.Approval)
 	if !parentsOK {
 		p.parents = nil // the narrowing checks would only add noise
 	}
 	inherit(d, p, &doc, own)
+	inheritApproval(d, p, doc.Spec.Approval, never)
 	validateRefs(d, &doc, p.secrets, p.llm.Providers)
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)

@@ -18,7 +18,11 @@ type Policy struct {
 	secrets      map[string]Secret // effective secrets, parents' merged under the child's
 	dns          DNSConfig         // effective dns settings, without defaults applied
 	llm          LLMConfig         // effective llm settings
-	parents      []*Policy
+	// approval is the effective spec.approval (parents merged, never filled in), nil when no
+	// policy of the chain has the section; never is its compiled never list.
+	approval *ApprovalConfig
+	never    []hostPattern
+	parents  []*Policy
 }
 
 // Name returns metadata.name.

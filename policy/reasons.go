@@ -78,6 +78,13 @@ const (
 	ReasonAllowMapFailed Reason = "allow_map_failed" // the kernel allow map refused an address: SERVFAIL
 )
 
+// Reasons of the approval stage (package approval): a plain miss held while the operator
+// is asked (spec.approval).
+const (
+	ReasonApprovalPending Reason = "approval_pending" // the operator was asked and has not answered yet
+	ReasonApprovalDenied  Reason = "approval_denied"  // the operator (or the webhook) denied the ask
+)
+
 // ReasonRateLimited is shared by the DNS filter (too many new names a minute under a
 // wildcard) and the model API (requestsPerMinute, tokensPerMinute): one code on the wire for
 // both, as it always was.
@@ -117,6 +124,7 @@ const (
 	EmitDNS         Emitter = "dns"         // the DNS filter
 	EmitLLM         Emitter = "llm"         // the model API
 	EmitKernel      Emitter = "kernel"      // a kernel deny event
+	EmitApproval    Emitter = "approval"    // the approval stage (spec.approval)
 )
 
 // ReasonInfo is one entry of the catalogue.
@@ -235,6 +243,11 @@ var reasonCatalogue = []ReasonInfo{
 		"send the context, files and images inline, and run tools on the client"},
 	{ReasonRateLimited, EmitLLM, http.StatusTooManyRequests, "a rate limit was reached: new names a minute under a wildcard (DNS), or requestsPerMinute/tokensPerMinute (model API)",
 		"wait as Retry-After says; for DNS name the host exactly or raise dns.wildcardQueriesPerMinute"},
+
+	{ReasonApprovalPending, EmitApproval, http.StatusForbidden, "no rule names the host, and the operator was asked; no answer came within spec.approval.hold (DNS: REFUSED, the same in its extended error text)",
+		"retry after Retry-After with the same host and port: the ask (its id is in the body's approval field) stays open for askTTL, and an answer serves the retry"},
+	{ReasonApprovalDenied, EmitApproval, http.StatusForbidden, "the operator (or the approval webhook) denied the ask, or the webhook could not give a valid answer (fail closed)",
+		"do not retry this host; ask the operator or the policy owner, naming the ask id in the body's approval field"},
 
 	{ReasonKernelNotAllowed, EmitKernel, 0, "the kernel refused a connect to an address in no allow map",
 		"resolve names through the sandbox's DNS filter and connect through the proxy"},

@@ -53,6 +53,9 @@ type Spec struct {
 	// Report configures what a report-mode policy records. Zero means nothing extra. It is
 	// the policy's own: a child does not inherit it.
 	Report ReportConfig `yaml:"report"`
+	// Approval lets a request to a host no rule names be held while the operator is asked
+	// (see ApprovalConfig). Nil means no asking: a miss is denied at once.
+	Approval *ApprovalConfig `yaml:"approval"`
 }
 
 // ReportConfig configures report mode, for recording the traffic `airlock policy learn`

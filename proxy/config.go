@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -80,6 +81,15 @@ type NameAddrs interface {
 	Resolved(name string, addr netip.Addr) bool
 }
 
+// Approvals is the approval stage (package approval; internal/sidecar passes it in): with
+// spec.approval, a plain miss (no_rule) is held while the operator is asked. Settle gets
+// every decision the proxy makes on a name, with where it was made ("http", "connect" or
+// "transparent"), and returns the policy and decision the request goes on with: allowed by
+// a grant, or a denial with ReasonApprovalPending or ReasonApprovalDenied and Decision.Ask.
+type Approvals interface {
+	Settle(ctx context.Context, pol *policy.Policy, req policy.Request, d policy.Decision, via string) (*policy.Policy, policy.Decision)
+}
+
 // Config configures a Proxy. Policy and CA are required; every other zero value is usable.
 type Config struct {
 	// Policy returns the policy in force. Required.
@@ -109,6 +119,9 @@ type Config struct {
 	// (original_destination_mismatch), and vice versa. Nil checks only that the proxy's own
 	// resolution of the name includes the original address.
 	NameAddrs NameAddrs
+	// Approvals holds plain misses while the operator is asked. Nil means a miss is denied
+	// at once.
+	Approvals Approvals
 	// Logger receives operational logs (never secrets, header values or bodies). Nil
 	// discards them.
 	Logger *logrus.Logger

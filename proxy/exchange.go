@@ -142,8 +142,9 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 	if detail := x.o.hostMismatch(h.Name, x.port); detail != "" {
 		return x.deny(r, policy.Decision{Reason: policy.ReasonHostMismatch, Host: h.Name, Port: x.port, Detail: detail})
 	}
-	x.d = x.pol.Decide(policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
-		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)})
+	req := policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
+		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)}
+	x.pol, x.d = x.p.settle(r.Context(), x.pol, req, x.pol.Decide(req), "http")
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
 	}

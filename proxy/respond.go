@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -40,6 +41,15 @@ type deniedBody struct {
 	Remedy string `json:"remedy,omitempty"`
 	// Policy names the policy that denied, so an agent can report who to ask (additive).
 	Policy string `json:"policy,omitempty"`
+	// Approval names the operator's ask about the request, on approval_pending and
+	// approval_denied (additive).
+	Approval *approvalRef `json:"approval,omitempty"`
+}
+
+// approvalRef is the "approval" field of a denial the approval stage made.
+type approvalRef struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // pending or denied
 }
 
 // failedBody is the JSON body of every other error. It names the destination and a coarse
@@ -64,12 +74,37 @@ func denyResponse(req *http.Request, d policy.Decision, pol *policy.Policy, host
 	if status < 400 || status > 499 {
 		status = http.StatusForbidden
 	}
-	resp := jsonResponse(req, status, deniedBody{
+	body := deniedBody{
 		Error: codeDenied, Host: host, Port: port, Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail,
 		Remedy: d.Reason.Remedy(), Policy: policyName(pol),
-	})
+	}
+	retry := ""
+	switch {
+	case d.Ask == "":
+	case d.Reason == policy.ReasonApprovalPending:
+		body.Approval = &approvalRef{ID: d.Ask, Status: "pending"}
+		retry = retryAfter(pol)
+	case d.Reason == policy.ReasonApprovalDenied:
+		body.Approval = &approvalRef{ID: d.Ask, Status: "denied"}
+	}
+	resp := jsonResponse(req, status, body)
 	resp.Header.Set(headerDecision, "deny")
+	if retry != "" {
+		resp.Header.Set("Retry-After", retry)
+	}
 	return resp
+}
+
+// retryAfter is the Retry-After of an approval_pending denial: the policy's hold in whole
+// seconds, at least 1.
+func retryAfter(pol *policy.Policy) string {
+	secs := 1
+	if pol != nil {
+		if c, ok := pol.Approval(); ok {
+			secs = max(1, int((c.Hold+time.Second-1)/time.Second))
+		}
+	}
+	return strconv.Itoa(secs)
 }
 
 // policyName is pol's name, or "" without a policy.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/airlock-dev/airlock/policy"
@@ -60,5 +61,40 @@ func TestDenyBodyCarriesTheRemedyAndPolicy(t *testing.T) {
 	}
 	if b.Policy != "offline" {
 		t.Errorf("policy: got %q, want %q", b.Policy, "offline")
+	}
+}
+
+// TestApprovalDenials: a denial the approval stage made carries the ask in the "approval"
+// field, and approval_pending a Retry-After of the policy's hold.
+func TestApprovalDenials(t *testing.T) {
+	pol := mustPolicy(t, "apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: asks}\nspec:\n  approval: {hold: 2500ms}\n")
+	for _, tc := range []struct {
+		reason    policy.Reason
+		status    string
+		wantRetry string
+	}{
+		{policy.ReasonApprovalPending, "pending", "3"},
+		{policy.ReasonApprovalDenied, "denied", ""},
+	} {
+		d := policy.Decision{Reason: tc.reason, Host: "new.example.org", Port: 443, Ask: "abc123", Detail: "ask abc123: ..."}
+		resp := denyResponse(nil, d, pol, "", 0)
+		body, _ := io.ReadAll(resp.Body)
+		var got struct {
+			Reason   string            `json:"reason"`
+			Approval map[string]string `json:"approval"`
+		}
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 403 || got.Reason != string(tc.reason) || got.Approval["id"] != "abc123" || got.Approval["status"] != tc.status {
+			t.Errorf("%s: %d %s", tc.reason, resp.StatusCode, body)
+		}
+		if r := resp.Header.Get("Retry-After"); r != tc.wantRetry {
+			t.Errorf("%s: Retry-After %q, want %q", tc.reason, r, tc.wantRetry)
+		}
+	}
+	plain := denyResponse(nil, policy.Decision{Reason: policy.ReasonNoRule, Host: "x.example"}, pol, "", 0)
+	if body, _ := io.ReadAll(plain.Body); strings.Contains(string(body), `"approval"`) || plain.Header.Get("Retry-After") != "" {
+		t.Errorf("a plain denial: %s", body)
 	}
 }

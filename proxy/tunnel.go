@@ -391,7 +391,7 @@ func (b *countingBody) Close() error {
 // nil when the tunnel may open, holding a slot the caller releases, or the response that
 // refuses it.
 func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http.Response {
-	t.d = t.pol.Decide(req)
+	t.pol, t.d = p.settle(context.Background(), t.pol, req, t.pol.Decide(req), t.kind)
 	t.host, t.port = t.d.Host, req.Port
 	if t.host == "" {
 		t.host = req.Host
@@ -415,6 +415,14 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 		return resp
 	}
 	return nil
+}
+
+// settle passes a decision through the approval stage, if there is one.
+func (p *Proxy) settle(ctx context.Context, pol *policy.Policy, req policy.Request, d policy.Decision, via string) (*policy.Policy, policy.Decision) {
+	if p.cfg.Approvals == nil {
+		return pol, d
+	}
+	return p.cfg.Approvals.Settle(ctx, pol, req, d, via)
 }
 
 // tunnelLimit is the refusal of a tunnel beyond MaxTunnels.

@@ -76,6 +76,10 @@ type Limits struct {
 // Paths of the files inside a sandbox's Dir.
 func (s *State) sidecarStateDir() string { return filepath.Join(s.Dir, "sidecar") }
 
+// SidecarStateDir is the sandbox's sidecar's --state-dir (its CA, grants and operator
+// socket of approvals).
+func (s *State) SidecarStateDir() string { return s.sidecarStateDir() }
+
 // PublicDir holds what the sandbox may read: the env file, the CA bundle and resolv.conf.
 func (s *State) PublicDir() string { return filepath.Join(s.Dir, "public") }
 

@@ -23,31 +23,36 @@ const (
 
 // Status is one row of `sandbox list`: the state plus what the sidecar reports now.
 type Status struct {
-	Name          string    `json:"name"`
-	Backend       string    `json:"backend"`
-	Phase         Phase     `json:"phase"`
-	Created       time.Time `json:"created"`
-	AgeSeconds    int64     `json:"age_seconds"`
-	Policy        string    `json:"policy"`
-	Environment   string    `json:"environment"`
-	Health        string    `json:"health"`
-	Kernel        bool      `json:"kernel"`
-	Bytes         uint64    `json:"bytes"`         // bytes the sandbox sent (kernel counter; proxy bytes without it)
-	Denies        uint64    `json:"denies"`        // kernel, proxy and DNS denials
-	LLMSpendUSD   float64   `json:"llm_spend_usd"` // model API cost from the sandbox's usage ledger
-	Netns         string    `json:"netns"`
-	HostVeth      string    `json:"host_veth"`
-	HostAddr      string    `json:"host_addr"`
-	SandboxAddr   string    `json:"sandbox_addr"`
-	Cgroup        string    `json:"cgroup"`
-	StateDir      string    `json:"state_dir"`
-	EnvFile       string    `json:"env_file"`
-	CABundle      string    `json:"ca_bundle"`
-	LogFile       string    `json:"log_file"`
-	AuditLog      string    `json:"audit_log"`
-	AdminAddr     string    `json:"admin_addr"`
-	SupervisorPid int       `json:"supervisor_pid"`
-	SidecarPid    int       `json:"sidecar_pid"`
+	Name        string    `json:"name"`
+	Backend     string    `json:"backend"`
+	Phase       Phase     `json:"phase"`
+	Created     time.Time `json:"created"`
+	AgeSeconds  int64     `json:"age_seconds"`
+	Policy      string    `json:"policy"`
+	Environment string    `json:"environment"`
+	Health      string    `json:"health"`
+	Kernel      bool      `json:"kernel"`
+	Bytes       uint64    `json:"bytes"`         // bytes the sandbox sent (kernel counter; proxy bytes without it)
+	Denies      uint64    `json:"denies"`        // kernel, proxy and DNS denials
+	LLMSpendUSD float64   `json:"llm_spend_usd"` // model API cost from the sandbox's usage ledger
+	Netns       string    `json:"netns"`
+	HostVeth    string    `json:"host_veth"`
+	HostAddr    string    `json:"host_addr"`
+	SandboxAddr string    `json:"sandbox_addr"`
+	Cgroup      string    `json:"cgroup"`
+	StateDir    string    `json:"state_dir"`
+	// SidecarDir is the sidecar's --state-dir (grants, the approvals socket).
+	SidecarDir    string `json:"sidecar_state_dir"`
+	EnvFile       string `json:"env_file"`
+	CABundle      string `json:"ca_bundle"`
+	LogFile       string `json:"log_file"`
+	AuditLog      string `json:"audit_log"`
+	AdminAddr     string `json:"admin_addr"`
+	SupervisorPid int    `json:"supervisor_pid"`
+	SidecarPid    int    `json:"sidecar_pid"`
+	// OpenAsks counts the sidecar's asks to the operator still waiting for an answer
+	// (spec.approval); cmd/airlock fills it from the sidecar's approvals socket.
+	OpenAsks int `json:"open_asks"`
 }
 
 // Statuses reports every sandbox of the store, asking the sidecars concurrently (each bounded
@@ -72,7 +77,7 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 		Name: st.Name, Backend: st.Backend, Phase: st.Phase, Created: st.Created,
 		AgeSeconds: int64(time.Since(st.Created).Seconds()), Policy: st.Policy, Environment: st.Environment,
 		Health: HealthUnknown, Kernel: st.Kernel, Netns: st.Netns, HostVeth: st.HostVeth, HostAddr: st.HostAddr,
-		SandboxAddr: st.SandboxAddr, Cgroup: st.Cgroup, StateDir: st.Dir, EnvFile: st.EnvFile(),
+		SandboxAddr: st.SandboxAddr, Cgroup: st.Cgroup, StateDir: st.Dir, SidecarDir: st.sidecarStateDir(), EnvFile: st.EnvFile(),
 		CABundle: st.CABundle(), LogFile: st.LogFile(), AuditLog: st.AuditLog(), AdminAddr: st.AdminAddr,
 		SidecarPid: m.sidecarPid(st),
 	}

@@ -38,6 +38,12 @@ alone; the app containers get no such token, and a pod that projects one for tha
 itself is refused. Secrets fetched this way are injected upstream by the sidecar and never
 enter the pod.
 
+Audit: every sidecar writes its hash-chained audit log and signed checkpoints on a volume of
+its own (an emptyDir of --audit-size-limit, or the PVC a pod's airlock.dev/audit-volume-claim
+names), sealed every --audit-max-bytes or --audit-max-age; a pod's
+airlock.dev/audit-signing-secret names the Secret holding its signing key. With
+--audit-s3-bucket the sealed files are shipped there (docs/audit.md, "Shipping").
+
 TLS: the certificate and key files are reloaded when they change (cert-manager rotation) and on
 SIGHUP. SIGTERM or SIGINT stops the server gracefully.
 
@@ -77,6 +83,7 @@ func webhookFlags(stderr io.Writer) (*cli.FlagSet, *webhookConfig) {
 	fs.StringVar(&u.CAConfigMap, "upstream-proxy-ca-configmap", "", "ConfigMap in each sandbox namespace whose key ca.crt is the upstream proxy's CA (https:// or inspecting proxy), mounted in the sidecar alone")
 	fs.StringVar(&u.AuthSecret, "upstream-proxy-auth-secret", "", "Secret in each sandbox namespace whose key auth is the proxy's Basic credentials (user:password), mounted in the sidecar alone; pods that use it are refused")
 	fs.StringVar(&u.AuthVault, "upstream-proxy-auth-vault", "", "the sidecars' --upstream-proxy-auth-vault: Vault KV path with fields username and password")
+	auditWebhookFlags(fs, &c.opts.Audit)
 	return fs, c
 }
 
@@ -183,4 +190,20 @@ type logWriter struct{ log logrus.FieldLogger }
 func (w logWriter) Write(p []byte) (int, error) {
 	w.log.Warn(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// auditWebhookFlags registers the flags of every sidecar's audit trail and its shipping.
+func auditWebhookFlags(fs *cli.FlagSet, a *kube.AuditOptions) {
+	fs.Var(kube.QuantityFlag(&a.SizeLimit), "audit-size-limit", "sizeLimit of each pod's audit emptyDir; the shipping backlog is bounded at 3/4 of it")
+	fs.Int64Var(&a.MaxBytes, "audit-max-bytes", 4<<20, "the sidecars' --audit-max-bytes: seal (rotate) the audit log at this size")
+	fs.DurationVar(&a.MaxAge, "audit-max-age", 5*time.Minute, "the sidecars' --audit-max-age: seal the audit log at this age")
+	fs.StringVar(&a.S3Bucket, "audit-s3-bucket", "", "ship every sidecar's sealed audit files to this S3 bucket (default: keep them in the pod)")
+	fs.StringVar(&a.S3Prefix, "audit-s3-prefix", "", "key prefix in the bucket; keys go on with namespace/pod/pod-uid/chain-id/")
+	fs.StringVar(&a.S3Region, "audit-s3-region", "us-east-1", "region of the bucket")
+	fs.StringVar(&a.S3Endpoint, "audit-s3-endpoint", "", "endpoint URL of S3-compatible storage (default: AWS)")
+	fs.StringVar(&a.S3CredentialsSecret, "audit-s3-credentials-secret", "", "Secret in each sandbox namespace whose key credentials is ACCESS_KEY_ID:SECRET_ACCESS_KEY, mounted in the sidecar alone")
+	fs.StringVar(&a.S3CredentialsVault, "audit-s3-credentials-vault", "", "Vault KV path with fields access_key_id and secret_access_key, read with the sidecars' Vault login (instead of the Secret)")
+	fs.StringVar(&a.RetentionMode, "audit-retention-mode", "", "Object Lock retention mode of every upload: COMPLIANCE or GOVERNANCE")
+	fs.DurationVar(&a.Retention, "audit-retention", 0, "Object Lock retention period of every upload, e.g. 2160h")
+	fs.BoolVar(&a.FailClosed, "audit-fail-closed", false, "the sidecars' --audit-ship-fail-closed: not ready while the shipping backlog is full")
 }

@@ -13,18 +13,21 @@ import (
 	"github.com/airlock-dev/airlock/internal/sidecar"
 )
 
-const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export> [flags] [args]
+const auditUsage = `Usage: airlock audit <verify|keygen|pubkey|export|ocsf> [flags] [args]
 
   verify FILE... [--key PUB]        check the hash chain and signed checkpoints of audit files
+  verify s3://BUCKET/PREFIX/        ... or of the chains a sidecar shipped (file:///DIR too)
   keygen -o KEY [--pub PUB]         make an Ed25519 checkpoint signing key (and its public key)
   pubkey [--key KEY]                print the public key of a signing key (for verify --key)
   export SANDBOX -o DIR             write a sandbox's evidence pack: policy, audit files,
                                     checkpoints, usage ledger and a manifest of hashes
+  export --from s3://B/P/ -o DIR    write the evidence pack of a shipped chain
+  ocsf [FILE...]                    render audit lines as OCSF events for a SIEM
 `
 
 func auditCmd(args []string, stdout, stderr io.Writer) error {
 	return cli.Dispatch("audit", auditUsage, map[string]cli.RunFunc{
-		"verify": auditVerify, "keygen": auditKeygen, "pubkey": auditPubkey, "export": auditExport,
+		"verify": auditVerify, "keygen": auditKeygen, "pubkey": auditPubkey, "export": auditExport, "ocsf": auditOCSF,
 	}, args, stdout, stderr)
 }
 
@@ -36,6 +39,25 @@ func auditFlags(fs *cli.FlagSet, c *sidecar.Config) {
 	fs.Int64Var(&a.MaxBytes, "audit-max-bytes", 0, "rotate the --audit-log file when it reaches this size (0: never on size)")
 	fs.DurationVar(&a.MaxAge, "audit-max-age", 0, "rotate the --audit-log file when it is this old (0: never on age)")
 	fs.DurationVar(&a.CheckpointEvery, "audit-checkpoint-every", audit.DefaultCheckpointEvery, "sign a checkpoint of the audit chain this often (also at rotation and shutdown)")
+	shipFlags(fs, &c.Ship)
+}
+
+// shipFlags registers airlock run's audit shipping flags (docs/audit.md, "Shipping").
+func shipFlags(fs *cli.FlagSet, c *sidecar.ShipConfig) {
+	fs.StringVar(&c.S3Bucket, "audit-ship-s3-bucket", "", "ship every sealed --audit-log file and its checkpoints to this S3 bucket (needs --audit-max-bytes or --audit-max-age to seal files while running)")
+	fs.StringVar(&c.S3Prefix, "audit-ship-s3-prefix", "", "key prefix in the bucket (or under --audit-ship-dir)")
+	fs.StringVar(&c.S3Region, "audit-ship-s3-region", "us-east-1", "region of the bucket")
+	fs.StringVar(&c.S3Endpoint, "audit-ship-s3-endpoint", "", "endpoint URL of S3-compatible storage (default: AWS for the region)")
+	fs.StringVar(&c.S3CA, "audit-ship-s3-ca", "", "PEM CA file the S3 endpoint's certificate is verified with (besides the system roots)")
+	fs.StringVar(&c.S3CredentialsFile, "audit-ship-s3-credentials-file", "", "file holding ACCESS_KEY_ID:SECRET_ACCESS_KEY (a Secret volume), re-read at each use")
+	fs.StringVar(&c.S3CredentialsVault, "audit-ship-s3-credentials-vault", "", "Vault KV path whose fields access_key_id and secret_access_key are the S3 keys (read with the --vault-* settings)")
+	fs.StringVar(&c.Dir, "audit-ship-dir", "", "ship to this directory instead of S3 (a mounted volume)")
+	fs.StringVar(&c.KeyPrefix, "audit-ship-key-prefix", "", "the sandbox's part of object keys, e.g. NAMESPACE/POD/POD_UID (default: --sandbox); the chain id follows it")
+	fs.StringVar(&c.RetentionMode, "audit-ship-retention-mode", "", "Object Lock retention mode of every upload: COMPLIANCE or GOVERNANCE (the bucket must have Object Lock)")
+	fs.DurationVar(&c.RetentionPeriod, "audit-ship-retention", 0, "Object Lock retention period of every upload, e.g. 2160h")
+	fs.Int64Var(&c.Backlog, "audit-ship-backlog", 0, "bound, in bytes, of unshipped audit data on the volume; keep it below the volume's size limit (0: no bound)")
+	fs.BoolVar(&c.FailClosed, "audit-ship-fail-closed", false, "turn /readyz not-ready while the backlog is full, instead of dropping the oldest unshipped sealed file")
+	fs.DurationVar(&c.FinishTimeout, "audit-ship-finish-timeout", sidecar.DefaultShipFinishTimeout, "how long shutdown may spend shipping the sealed tail and the closing marker")
 }
 
 const verifyLong = `
@@ -54,16 +76,25 @@ signed by that key and accounted for; the chain starts at seq 1, or right after 
 the key signed; and no line was written more than the checkpoint period (--checkpoint-every)
 plus a minute after the last checkpoint. A trail that is not tampered but that the key's
 checkpoints do not prove (no checkpoints, a start after seq 1 without a signed rotation,
-a long unsigned tail) is reported "unanchored" and exits 3.`
+a long unsigned tail) is reported "unanchored" and exits 3.
+
+An s3://BUCKET/PREFIX/ (or file:///DIR) argument verifies what sidecars shipped there
+(docs/audit.md, "Shipping"): every chain under the prefix, each read at the object versions
+shipped (a delete marker or a newer version over one is reported, and read past), its
+segments joined in order (a missing object is named by its sequence range) and closed by a
+closing marker. A chain without one is reported "open, last shipped seq N" and exits 4.
+Read-only S3 credentials suffice (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).`
 
 // exitUnanchored is verify's exit status for a trail not tampered but not proven by the key.
 const exitUnanchored = 3
 
 func auditVerify(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
-	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with")
+	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with; several PEM blocks: any of them (a key rotation), each checkpoint checked against the one it names")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	every := fs.Duration("checkpoint-every", audit.DefaultCheckpointEvery, "the --audit-checkpoint-every the log was written with")
+	var sf storeFlags
+	sf.register(fs)
 	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
@@ -72,17 +103,14 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return cli.ErrUsage
 	}
-	var pub ed25519.PublicKey
-	if *keyFile != "" {
-		b, err := os.ReadFile(*keyFile)
-		if err != nil {
-			return cli.Failf("--key: %v", err)
-		}
-		if pub, err = audit.ParsePublicKey(b); err != nil {
-			return cli.Failf("--key %s: %v", *keyFile, err)
-		}
+	keys, err := readPub(*keyFile)
+	if err != nil {
+		return err
 	}
-	rep, err := audit.VerifyWith(files, audit.VerifyOptions{Key: pub, CheckpointEvery: *every})
+	if len(files) == 1 && isShipped(files[0]) {
+		return verifyShipped(files[0], &sf, keys, *every, stdout)
+	}
+	rep, err := audit.VerifyWith(files, audit.VerifyOptions{Keys: keys, CheckpointEvery: *every})
 	if err != nil {
 		return cli.Failf("%v", err)
 	}

@@ -34,7 +34,7 @@ type exportSources struct {
 }
 
 func auditExport(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("audit export", "airlock audit export (NAME | --audit-log FILE [--sidecar-state DIR] [--policy FILE]) -o DIR [--key PUB]", exportLong, stderr)
+	fs := cli.NewFlagSet("audit export", "airlock audit export (NAME | --audit-log FILE [--sidecar-state DIR] [--policy FILE] | --from s3://BUCKET/PREFIX/) -o DIR [--key PUB]", exportLong, stderr)
 	out := fs.String("o", "", "directory to create the pack in (required; must not exist or be empty)")
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory of the local sandboxes (env AIRLOCK_STATE_DIR)")
 	src := exportSources{}
@@ -43,9 +43,23 @@ func auditExport(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&src.policy, "policy", "", "that sidecar's policy file")
 	fs.StringVar(&src.checkpoints, "audit-checkpoints", "", "that sidecar's checkpoint file (default: the audit log + .checkpoints)")
 	keyFile := fs.String("key", "", "public key the checkpoints must be signed with (default: checked against the key they name)")
+	from := fs.String("from", "", "s3://BUCKET/PREFIX/ (or file:///DIR) of one shipped chain: pack what the sidecar shipped there (instead of NAME)")
+	var sf storeFlags
+	sf.register(fs)
 	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
+	}
+	if *from != "" {
+		if *out == "" || len(rest) != 0 || src.auditLog != "" || !isShipped(*from) {
+			fs.Usage()
+			return cli.ErrUsage
+		}
+		pub, err := readPub(*keyFile)
+		if err != nil {
+			return err
+		}
+		return exportShipped(*from, &sf, pub, *out, stdout)
 	}
 	if *out == "" || len(rest) > 1 || (len(rest) == 1) == (src.auditLog != "") {
 		fs.Usage()
@@ -56,21 +70,15 @@ func auditExport(args []string, stdout, stderr io.Writer) error {
 			return cli.Failf("%v", err)
 		}
 	}
-	var pub ed25519.PublicKey
-	if *keyFile != "" {
-		b, err := os.ReadFile(*keyFile)
-		if err != nil {
-			return cli.Failf("--key: %v", err)
-		}
-		if pub, err = audit.ParsePublicKey(b); err != nil {
-			return cli.Failf("--key %s: %v", *keyFile, err)
-		}
+	pub, err := readPub(*keyFile)
+	if err != nil {
+		return err
 	}
 	files, err := src.files()
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
-	m, err := audit.WritePack(*out, src.name, files, pub, time.Now())
+	m, err := audit.WritePackWith(*out, src.name, files, audit.VerifyOptions{Keys: pub}, time.Now())
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
@@ -82,6 +90,23 @@ func auditExport(args []string, stdout, stderr io.Writer) error {
 		return &cli.ExitError{Code: exitUnanchored, Msg: "the audit files are not anchored by the key: " + m.Verify.Unanchored}
 	}
 	return nil
+}
+
+// readPub reads the --key public keys ("" means none): one PEM block, or several (the keys
+// before and after a rotation, as the installer's ConfigMap holds them).
+func readPub(path string) ([]ed25519.PublicKey, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, cli.Failf("--key: %v", err)
+	}
+	keys, err := audit.ParsePublicKeys(b)
+	if err != nil {
+		return nil, cli.Failf("--key %s: %v", path, err)
+	}
+	return keys, nil
 }
 
 // localSources are the files of local sandbox name.

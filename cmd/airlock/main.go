@@ -32,6 +32,7 @@ Usage:
 		{Name: "node", Summary: "run the node agent that holds kernel enforcement for the labelled pods of its node (runs airlock-kube)", Run: forwardCmd("node")},
 		{Name: "health", Summary: "probe a loopback admin endpoint (the injected sidecar's exec probe)", Run: healthCmd},
 		{Name: "usage", Summary: "print model usage per model and the budget left, from the ledger", Run: usageCmd},
+		{Name: "approvals", Summary: "list, grant, deny and revoke a sidecar's asks to the operator (approvals list|grant|deny|revoke)", Run: approvalsCmd},
 		{Name: "audit", Summary: "verify audit logs, make the checkpoint signing key, export evidence packs (audit verify|keygen|pubkey|export)", Run: auditCmd},
 		{Name: "version", Summary: "print the version", Run: cli.VersionCmd("airlock")},
 	},

@@ -7,7 +7,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/airlock-dev/airlock/approval"
 	"github.com/airlock-dev/airlock/credentials"
 	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/policy"
@@ -67,14 +69,17 @@ file has an error.`, stderr)
 }
 
 func policyExplain(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("policy explain", "airlock policy explain FILE --url URL [--method M] [--json]", `
+	fs := cli.NewFlagSet("policy explain", "airlock policy explain FILE --url URL [--method M] [--state-dir DIR] [--json]", `
 Show the decision the policy makes for one request: allow or deny, the rule, the reason, whether
 the connection would be TLS-intercepted, and the names (never the values) of the secrets that
 would be injected. The decision is made on names; at run time every address the name resolves
-to is checked as well (internal addresses are denied unless a rule names them by CIDR).`, stderr)
+to is checked as well (internal addresses are denied unless a rule names them by CIDR).
+With --state-dir, the live grants of that sidecar (spec.approval) apply too, and a decision a
+grant makes names it ("grant:ID").`, stderr)
 	rawURL := fs.String("url", "", "request URL, e.g. https://api.github.com/repos/acme/app (required)")
 	method := fs.String("method", "GET", "HTTP method")
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
+	stateDir := fs.String("state-dir", "", "a sidecar's state directory: decide with its live grants too")
 	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
@@ -86,6 +91,13 @@ to is checked as well (internal addresses are denied unless a rule names them by
 	p, err := policy.Load(files[0])
 	if err != nil {
 		return loadErr(err)
+	}
+	if *stateDir != "" {
+		gs, err := approval.ReadGrants(*stateDir, time.Now())
+		if err != nil {
+			return cli.Failf("%v", err)
+		}
+		p = p.WithGrants(approval.Rules(gs))
 	}
 	ex, err := p.Explain(*rawURL, *method)
 	if err != nil {

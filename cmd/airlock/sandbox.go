@@ -31,6 +31,8 @@ Commands:
   delete NAME   stop the sidecar gracefully and remove everything of a sandbox (idempotent)
   reap          remove expired and orphaned sandboxes (--older-than D)
   doctor        check this machine can run sandboxes: a PASS/FAIL table with fixes
+  approvals NAME list|grant|deny|revoke
+                answer the asks of a sandbox's sidecar (spec.approval; see airlock approvals)
 
 Every command takes --state-dir (env AIRLOCK_STATE_DIR). create, list and delete take
 --backend kubernetes for sandbox pods with the sidecar injected by "airlock webhook".
@@ -40,7 +42,7 @@ Run "airlock sandbox <command> --help".
 func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 	return cli.Dispatch("sandbox", sandboxUsage, map[string]cli.RunFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
-		"reap": sandboxReap, "doctor": sandboxDoctor,
+		"reap": sandboxReap, "doctor": sandboxDoctor, "approvals": sandboxApprovals,
 		"supervise": sandboxSupervise, // internal: started by create
 	}, args, stdout, stderr)
 }
@@ -534,6 +536,9 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock: sandbox list: %v\n", err)
 	}
+	for i := range statuses {
+		statuses[i].OpenAsks = openAsks(statuses[i].SidecarDir)
+	}
 	if *asJSON {
 		if statuses == nil {
 			statuses = []sandbox.Status{}
@@ -541,14 +546,14 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		return cli.WriteJSON(stdout, statuses)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tDENIES\tLLM SPEND")
+	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tDENIES\tASKS\tLLM SPEND")
 	for _, s := range statuses {
 		kernel := "on"
 		if !s.Kernel {
 			kernel = "OFF"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t$%.6f\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
-			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.LLMSpendUSD)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t$%.6f\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
+			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.OpenAsks, s.LLMSpendUSD)
 	}
 	return tw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,13 +16,15 @@ import (
 // with airlock run's own flag set and validation, so the two cannot drift apart.
 func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 	opts := kube.Options{Image: "airlock:test", UpstreamDNS: "10.96.0.10:53",
-		Vault: kube.VaultOptions{Address: "https://vault.test:8200", Role: "agents", CAConfigMap: "vault-ca"}}
+		Vault: kube.VaultOptions{Address: "https://vault.test:8200", Role: "agents", CAConfigMap: "vault-ca"},
+		Audit: kube.AuditOptions{S3Bucket: "evidence", S3Prefix: "airlock", S3Endpoint: "https://s3.test", S3CredentialsSecret: "s3",
+			RetentionMode: "COMPLIANCE", Retention: 2160 * time.Hour, FailClosed: true}}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "agent-1", Labels: map[string]string{kube.LabelInject: "true"},
-			Annotations: map[string]string{kube.AnnotationPolicy: "p"}},
+			Annotations: map[string]string{kube.AnnotationPolicy: "p", kube.AnnotationAuditKeySecret: "team-a-key"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent"}}},
 	}
 	res, err := kube.Mutate(pod, "team-a", &opts)
@@ -38,7 +41,7 @@ func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 		t.Fatalf("no sidecar in the patch %+v", res.Patch)
 	}
 	// What the kubelet does with $(VAR) references from the downward API.
-	expand := strings.NewReplacer("$(POD_IP)", "10.1.2.3", "$(POD_NAMESPACE)", "team-a", "$(POD_NAME)", "agent-1")
+	expand := strings.NewReplacer("$(POD_IP)", "10.1.2.3", "$(POD_NAMESPACE)", "team-a", "$(POD_NAME)", "agent-1", "$(POD_UID)", "0d1c-uid")
 	args := make([]string, len(sidecar.Args))
 	for i, a := range sidecar.Args {
 		args[i] = expand.Replace(a)
@@ -61,5 +64,13 @@ func TestInjectedSidecarArgsAreValidRunFlags(t *testing.T) {
 	if v := cfg.Vault; v.Addr != "https://vault.test:8200" || v.Auth != "kubernetes" || v.K8sRole != "agents" || v.K8sMount != "kubernetes" ||
 		v.K8sJWTFile != "/var/run/secrets/airlock/vault/token" || v.CACert != "/etc/airlock/vault-ca/ca.crt" {
 		t.Errorf("parsed Vault config %+v", v)
+	}
+	if cfg.AuditLog != "/var/log/airlock/audit.log" || cfg.Audit.Key != "/etc/airlock/audit-key/private.pem" || cfg.Audit.MaxBytes == 0 || cfg.Audit.MaxAge == 0 {
+		t.Errorf("parsed audit config %q %+v", cfg.AuditLog, cfg.Audit)
+	}
+	if sh := cfg.Ship; sh.S3Bucket != "evidence" || sh.S3Prefix != "airlock" || sh.S3Endpoint != "https://s3.test" || sh.KeyPrefix != "team-a/agent-1/0d1c-uid" ||
+		sh.S3CredentialsFile != "/etc/airlock/audit-s3/credentials" || sh.RetentionMode != "COMPLIANCE" || sh.RetentionPeriod != 2160*time.Hour ||
+		!sh.FailClosed || sh.Backlog != 192<<20 {
+		t.Errorf("parsed shipping config %+v", sh)
 	}
 }

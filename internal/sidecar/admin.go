@@ -14,7 +14,8 @@ import (
 //
 //	/healthz       200 while the process serves
 //	/readyz        200 once every listener is up and a policy is loaded, and while the audit
-//	               log takes writes; else 503 saying why
+//	               log takes writes and (with --audit-ship-fail-closed) the shipping backlog
+//	               is not full; else 503 saying why. The body says when shipping lags.
 //	/metrics       Prometheus metrics
 //	/v1/decisions  the most recent audit events, newest first (JSON)
 //	/v1/usage      model usage per model and the budget left (JSON; 404 with --llm-addr off)
@@ -56,7 +57,18 @@ func (a *adminComponent) mux() *http.ServeMux {
 				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
 				return
 			}
+			// Shipping that lags keeps the sidecar ready (the body says so); only a full
+			// backlog with --audit-ship-fail-closed does not.
+			shipLine, err := s.ship.readyz()
+			if err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+				return
+			}
 			_, _ = w.Write([]byte("ready: policy " + s.store.Current().Name() + "\n"))
+			if shipLine != "" {
+				_, _ = w.Write([]byte(shipLine + "\n"))
+			}
 		default:
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("starting\n"))

@@ -22,7 +22,9 @@ const AuditKeyFile = "audit-signing.key"
 func (s *Sidecar) openAudit(stderr io.Writer) (*audit.Logger, error) {
 	o := audit.Options{Sandbox: s.cfg.Sandbox, Writer: stderr, File: s.cfg.AuditLog, Keep: 256,
 		Redact: s.redactor.Bytes, MaxBytes: s.cfg.Audit.MaxBytes, MaxAge: s.cfg.Audit.MaxAge,
-		Checkpoints: s.cfg.Audit.Checkpoints, CheckpointEvery: s.cfg.Audit.CheckpointEvery}
+		Checkpoints: s.cfg.Audit.Checkpoints, CheckpointEvery: s.cfg.Audit.CheckpointEvery,
+		// A shipped log seals its tail at shutdown, so that the shipper can take it.
+		SealOnClose: s.cfg.Ship.enabled()}
 	if s.cfg.AuditLog != "" {
 		path := s.cfg.Audit.Key
 		if path == "" {

@@ -70,6 +70,9 @@ type Config struct {
 	AuditLog string
 	// Audit holds the audit file's rotation and signing settings (--audit-* flags).
 	Audit AuditConfig
+	// Ship is where the audit file's sealed parts are shipped (--audit-ship-* flags); the
+	// zero value ships nothing.
+	Ship ShipConfig
 	// UpstreamDNS is the resolver the sidecar uses, "ip:port[,ip:port]" (--upstream-dns);
 	// empty means the policy's dns.upstreams, else /etc/resolv.conf.
 	UpstreamDNS string
@@ -203,6 +206,9 @@ func (c *Config) Validate() error {
 	case "", "auto", "off":
 	default:
 		return fmt.Errorf("--http1-fastpath %q: use auto or off", c.Limits.HTTP1FastPath)
+	}
+	if err := c.Ship.validate(c.AuditLog, c.Vault.Addr); err != nil {
+		return err
 	}
 	return c.UpstreamProxy.validate(c.Vault.Addr)
 }

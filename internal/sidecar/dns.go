@@ -57,7 +57,8 @@ func (d *dnsComponent) start(context.Context) error {
 		}
 	}
 	f, err := dnsfilter.New(dnsfilter.Config{
-		Policy:     s.store,
+		Policy:     s.appr.stage,
+		Approvals:  s.appr.stage,
 		Upstreams:  upstreams,
 		AllowMap:   s.kernel.allowMap(),
 		Answers:    s.answers,
@@ -70,7 +71,7 @@ func (d *dnsComponent) start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dns filter: %v", err)
 	}
-	d.filter, d.applied = f, s.store.Current()
+	d.filter, d.applied = f, s.appr.stage.Current()
 	pc, ln := s.sockets.dnsPC, s.sockets.dnsLn
 	s.goServe("dns", func() error { return f.Serve(pc, ln) })
 	s.log.WithField("dns", ln.Addr().String()).Info("DNS filter listening (UDP and TCP)")

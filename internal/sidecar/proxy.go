@@ -25,7 +25,8 @@ func (p *proxyComponent) start(context.Context) error {
 	s, lim := p.s, p.s.cfg.Limits
 	var err error
 	p.proxy, err = proxy.New(proxy.Config{
-		Policy:      s.store,
+		Policy:      s.appr.stage,
+		Approvals:   s.appr.stage,
 		Guard:       s.guard,
 		Audit:       s.audit,
 		Logger:      s.log,

@@ -29,6 +29,9 @@ type reloader struct {
 	gen uint64
 	// synced receives requests to answer once every earlier trigger has been served (tests).
 	synced chan chan struct{}
+	// grants holds at most one request to apply the effective policy again after the
+	// approval stage's live grants changed.
+	grants chan struct{}
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -36,7 +39,7 @@ type reloader struct {
 
 func newReloader(s *Sidecar) *reloader {
 	return &reloader{s: s, trigger: make(chan struct{}, 1), watchErrs: make(chan error, 1),
-		synced: make(chan chan struct{})}
+		synced: make(chan chan struct{}), grants: make(chan struct{}, 1)}
 }
 
 func (r *reloader) name() string { return "policy reloader" }
@@ -102,6 +105,8 @@ func (r *reloader) run(ctx context.Context) {
 			r.request()
 		case <-r.trigger:
 			r.reload()
+		case <-r.grants:
+			r.applyGrants()
 		case err := <-r.watchErrs:
 			r.report(nil, err)
 		case done := <-r.synced:
@@ -109,20 +114,44 @@ func (r *reloader) run(ctx context.Context) {
 				<-r.trigger
 				r.reload()
 			}
+			if len(r.grants) > 0 {
+				<-r.grants
+				r.applyGrants()
+			}
 			close(done)
 		}
 	}
 }
 
-// reload loads the policy file and, when it loads, applies it everywhere under the next
-// generation; a policy that does not load leaves the old one in force everywhere.
+// reload loads the policy file and, when it loads, ends the grants it no longer allows and
+// applies the effective policy (the loaded one with the remaining grants) everywhere under
+// the next generation; a policy that does not load leaves the old one in force everywhere.
 func (r *reloader) reload() {
 	p, err := r.s.store.Reload()
 	if err == nil {
+		r.s.appr.stage.PolicyChanged(p)
 		r.gen++
-		r.apply(r.gen, p)
+		r.apply(r.gen, r.s.appr.stage.Current())
 	}
 	r.report(p, err)
+}
+
+// applyGrants applies the effective policy after the live grants changed. Only the DNS
+// filter keeps state derived from grants (the allow-map entries of their answers); the
+// credential broker and the kernel's CIDR rules do not change with them.
+func (r *reloader) applyGrants() {
+	r.gen++
+	r.s.dns.applyPolicy(r.gen, r.s.appr.stage.Current())
+}
+
+// grantsChanged asks the reload goroutine to apply the effective policy again (a grant
+// started or ended: the DNS filter then revokes the allow-map entries of an ended one). It
+// never blocks.
+func (r *reloader) grantsChanged() {
+	select {
+	case r.grants <- struct{}{}:
+	default:
+	}
 }
 
 // apply hands the policy of generation gen to every component that keeps state derived from

@@ -66,11 +66,13 @@ type Sidecar struct {
 	sockets *sockets
 	kernel  *kernel
 	creds   *credentialBroker
+	appr    *approvals
 	dns     *dnsComponent
 	llm     *llmComponent
 	proxy   *proxyComponent
 	admin   *adminComponent
 	reload  *reloader
+	ship    *shipper
 
 	ready chan struct{}
 	errs  chan error
@@ -109,21 +111,25 @@ func New(cfg Config) (*Sidecar, error) {
 	s.sockets = &sockets{s: s}
 	s.kernel = &kernel{s: s}
 	s.creds = &credentialBroker{s: s}
+	s.appr = &approvals{s: s}
 	s.dns = &dnsComponent{s: s}
 	s.llm = &llmComponent{s: s}
 	s.proxy = &proxyComponent{s: s}
 	s.admin = &adminComponent{s: s}
 	s.reload = newReloader(s)
+	s.ship = &shipper{s: s}
 	return s, nil
 }
 
 // components lists the components in start order: sockets first (the kernel programs need
 // every listener's address), kernel enforcement before the DNS filter (which feeds its
 // allow map) and the proxy (whose transparent listener asks it for original destinations),
-// the credential broker before the model API and the proxy (which take keys and injection
-// from it), the reloader last.
+// the credential broker before the audit shipper (its S3 keys may come from Vault), the
+// model API and the proxy (which take keys and injection from it), the approval stage before
+// the DNS filter and the proxy (which read the effective policy, grants included, from it),
+// the reloader last.
 func (s *Sidecar) components() []component {
-	return []component{s.sockets, s.kernel, s.creds, s.dns, s.llm, s.proxy, s.admin, s.reload}
+	return []component{s.sockets, s.kernel, s.creds, s.ship, s.appr, s.dns, s.llm, s.proxy, s.admin, s.reload}
 }
 
 // Run starts the sidecar, waits until ctx ends or a listener fails, and stops it.
@@ -238,6 +244,10 @@ func (s *Sidecar) shared() error {
 	}
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := s.appr.build(); err != nil {
+		s.audit.Close()
+		return err
+	}
 	return nil
 }
 
@@ -263,6 +273,10 @@ func (s *Sidecar) Close() error {
 	s.wg.Wait()
 	if s.audit != nil {
 		errs = append(errs, s.audit.Close())
+		// The log sealed its tail at Close: ship it and the closing marker.
+		if err := s.ship.finish(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -54,7 +54,10 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 	if err := o.UpstreamProxy.checkPod(pod); err != nil {
 		return Result{}, err
 	}
-	want := o.sidecar(s.environment, s.policyKey)
+	if err := o.Audit.checkPod(pod, s.audit); err != nil {
+		return Result{}, err
+	}
+	want := o.sidecar(s)
 	injected, err := hasSidecar(pod, want)
 	if err != nil {
 		return Result{}, err
@@ -64,7 +67,8 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 	// shifts the indexes of the pod's own init containers.
 	ops = append(ops, o.containerOps(pod)...)
 	if !injected {
-		ops = append(ops, volumeOps(pod, append(append(volumes(s.policyConfigMap), o.Vault.volumes()...), o.UpstreamProxy.volumes()...))...)
+		vols := append(append(volumes(s.policyConfigMap), o.Vault.volumes()...), o.UpstreamProxy.volumes()...)
+		ops = append(ops, volumeOps(pod, append(vols, o.Audit.volumes(s.audit)...))...)
 		if len(pod.Spec.InitContainers) == 0 {
 			ops = append(ops, add("/spec/initContainers", []corev1.Container{want}))
 		} else {
@@ -92,6 +96,7 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 // settings are what a pod's annotations choose.
 type settings struct {
 	policyConfigMap, policyKey, environment string
+	audit                                   auditSettings
 }
 
 func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error) {
@@ -132,7 +137,9 @@ func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error
 	if n := len(namespace) + 1 + len(name); n > maxSandboxName {
 		return s, deniedf("sandbox name %s.%s is %d characters, more than the %d the sidecar's kernel enforcement accepts: shorten the pod name", namespace, name, n, maxSandboxName)
 	}
-	return s, nil
+	var err error
+	s.audit, err = auditSettingsFor(pod)
+	return s, err
 }
 
 // dangerousCaps are capabilities that would let an app container detach or bypass the
@@ -150,7 +157,8 @@ func checkPod(pod *corev1.Pod) error {
 	if pod.Spec.HostPID || (pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace) {
 		return deniedf("hostPID and shareProcessNamespace pods cannot be sandboxed: the app containers would see (and could signal) the sidecar's processes and reach its files through /proc")
 	}
-	sidecarOnly := []string{volumeState, volumePolicy, volumeVaultToken, volumeVaultCA, volumeUpstreamCA, volumeUpstreamAuth}
+	sidecarOnly := []string{volumeState, volumePolicy, volumeVaultToken, volumeVaultCA, volumeUpstreamCA, volumeUpstreamAuth,
+		volumeAudit, volumeAuditKey, volumeAuditCreds}
 	for _, c := range appContainers(pod) {
 		for _, m := range c.VolumeMounts {
 			if slices.Contains(sidecarOnly, m.Name) {
@@ -202,7 +210,8 @@ func hasSidecar(pod *corev1.Pod, want corev1.Container) (bool, error) {
 	}
 	for _, v := range pod.Spec.Volumes {
 		for _, ours := range append(volumes(""), corev1.Volume{Name: volumeVaultToken}, corev1.Volume{Name: volumeVaultCA},
-			corev1.Volume{Name: volumeUpstreamCA}, corev1.Volume{Name: volumeUpstreamAuth}) {
+			corev1.Volume{Name: volumeUpstreamCA}, corev1.Volume{Name: volumeUpstreamAuth},
+			corev1.Volume{Name: volumeAudit}, corev1.Volume{Name: volumeAuditKey}, corev1.Volume{Name: volumeAuditCreds}) {
 			if v.Name == ours.Name {
 				return false, deniedf("volume name %q is reserved for the airlock sidecar", v.Name)
 			}

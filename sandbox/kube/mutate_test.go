@@ -72,7 +72,7 @@ func TestInjectsSidecar(t *testing.T) {
 	for _, m := range sc.VolumeMounts {
 		mounts[m.Name] = m
 	}
-	for name, path := range map[string]string{volumePolicy: "/etc/airlock/policy", volumeState: "/var/lib/airlock", volumeCA: CADir} {
+	for name, path := range map[string]string{volumePolicy: "/etc/airlock/policy", volumeState: "/var/lib/airlock", volumeCA: CADir, volumeAudit: auditDir} {
 		if mounts[name].MountPath != path {
 			t.Errorf("sidecar mount %s at %q, want %q", name, mounts[name].MountPath, path)
 		}
@@ -91,8 +91,14 @@ func TestInjectsSidecar(t *testing.T) {
 	if vols[volumeCA].EmptyDir == nil || vols[volumeState].EmptyDir == nil {
 		t.Errorf("CA and state volumes must be emptyDirs: %+v %+v", vols[volumeCA], vols[volumeState])
 	}
-	if len(sc.VolumeMounts) != 3 {
-		t.Errorf("sidecar mounts %+v, want only the policy, state and CA volumes", sc.VolumeMounts)
+	if len(sc.VolumeMounts) != 4 {
+		t.Errorf("sidecar mounts %+v, want only the policy, state, CA and audit volumes", sc.VolumeMounts)
+	}
+	if a := vols[volumeAudit].EmptyDir; a == nil || a.SizeLimit == nil || a.SizeLimit.String() != "256Mi" {
+		t.Errorf("audit volume %+v, want an emptyDir with the default 256Mi sizeLimit", vols[volumeAudit])
+	}
+	if v, _ := argValue(sc.Args, "--audit-log"); v != auditDir+"/audit.log" {
+		t.Errorf("--audit-log %q, want the log on the audit volume", v)
 	}
 	for _, v := range got.Spec.Volumes {
 		if v.HostPath != nil {
@@ -201,8 +207,8 @@ func TestExistingInitContainersVolumesAndDNS(t *testing.T) {
 	if envOf(got.Spec.InitContainers[1])["HTTPS_PROXY"] != "http://127.0.0.1:3128" {
 		t.Errorf("the pod's own init container did not get the proxy env")
 	}
-	if len(got.Spec.Volumes) != 4 || got.Spec.Volumes[0].Name != "work" {
-		t.Errorf("volumes %d, want the pod's own plus 3", len(got.Spec.Volumes))
+	if len(got.Spec.Volumes) != 5 || got.Spec.Volumes[0].Name != "work" {
+		t.Errorf("volumes %d, want the pod's own plus 4", len(got.Spec.Volumes))
 	}
 	for _, v := range got.Spec.Volumes {
 		if v.Name == volumePolicy && v.ConfigMap.Name != "fallback" {

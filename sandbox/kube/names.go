@@ -21,6 +21,21 @@ const (
 	// into an opt-out).
 	AnnotationInjected = "airlock.dev/injected"
 
+	// AnnotationAuditClaim names a PersistentVolumeClaim (in the pod's namespace) that holds
+	// the sidecar's audit trail instead of the default emptyDir: the trail then outlives
+	// the pod on the node's or the storage's terms.
+	AnnotationAuditClaim = "airlock.dev/audit-volume-claim"
+	// AnnotationAuditCSIDriver names a CSI driver whose inline (ephemeral) volume holds the
+	// audit trail instead of the emptyDir; AnnotationAuditCSIAttributes gives its
+	// volumeAttributes as comma-separated key=value pairs. Not with AnnotationAuditClaim.
+	AnnotationAuditCSIDriver     = "airlock.dev/audit-volume-csi-driver"
+	AnnotationAuditCSIAttributes = "airlock.dev/audit-volume-csi-attributes"
+	// AnnotationAuditKeySecret names a Secret (in the pod's namespace) whose key
+	// "private.pem" is the Ed25519 key that signs the trail's checkpoints, mounted in the
+	// sidecar alone. Without it the sidecar makes a key on its state volume (the pod holds
+	// it): the fallback. docs/audit.md says which to choose.
+	AnnotationAuditKeySecret = "airlock.dev/audit-signing-secret"
+
 	// SchedulingGate on a pod keeps it from being scheduled until the webhook injects the
 	// sidecar and removes the gate: a labelled pod created while the webhook is not
 	// configured stays Pending (SchedulingGated) instead of running without its sidecar.

@@ -50,6 +50,9 @@ type Options struct {
 	// UpstreamProxy, when its URL is set, chains the sidecars to a corporate proxy; the zero
 	// value leaves them dialling directly.
 	UpstreamProxy UpstreamProxyOptions
+	// Audit is every sidecar's audit trail: its volume, rotation and shipping; the zero
+	// value keeps a 256Mi emptyDir and ships nothing.
+	Audit AuditOptions
 }
 
 // environments orders the environments from laxest to strictest.
@@ -109,6 +112,9 @@ func (o *Options) Validate() error {
 		return err
 	}
 	if err := o.UpstreamProxy.validate(o.Vault.Address); err != nil {
+		return err
+	}
+	if err := o.Audit.validate(o.Vault.Address); err != nil {
 		return err
 	}
 	if o.Resources == nil {

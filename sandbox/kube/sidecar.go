@@ -11,7 +11,8 @@ import (
 
 // sidecarArgs are the arguments of "airlock run" in the sidecar. $(VAR) references are
 // expanded by the kubelet from the sidecar's own env (the downward API variables below).
-func (o *Options) sidecarArgs(environment, policyKey string) []string {
+func (o *Options) sidecarArgs(s settings) []string {
+	environment, policyKey := s.environment, s.policyKey
 	loop := func(port int32) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 	args := []string{
 		"run",
@@ -41,13 +42,14 @@ func (o *Options) sidecarArgs(environment, policyKey string) []string {
 		// out of its reach even where the BPF LSM cannot refuse them.
 		"--packet-guard", "best-effort",
 	}
+	args = append(args, o.Audit.args(s.audit)...)
 	return append(append(args, o.Vault.args()...), o.UpstreamProxy.args()...)
 }
 
 // sidecar is the injected native sidecar: an init container with restartPolicy Always, so it
 // starts before every other container (its startup probe gates them) and stops after them.
 // It runs with no privilege at all (Pod Security "restricted").
-func (o *Options) sidecar(environment, policyKey string) corev1.Container {
+func (o *Options) sidecar(s settings) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
 	probe := func(p string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -69,10 +71,11 @@ func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 		Image:           o.Image,
 		ImagePullPolicy: corev1.PullPolicy(o.ImagePullPolicy),
 		Command:         []string{"airlock"},
-		Args:            o.sidecarArgs(environment, policyKey),
+		Args:            o.sidecarArgs(s),
 		Env: []corev1.EnvVar{
 			fieldEnv("POD_NAME", "metadata.name"),
 			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+			fieldEnv("POD_UID", "metadata.uid"),
 			// The Go runtime collects before the kernel's OOM killer would act.
 			{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{
 				ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"},
@@ -90,7 +93,7 @@ func (o *Options) sidecar(environment, policyKey string) corev1.Container {
 			{Name: volumePolicy, MountPath: policyDir, ReadOnly: true},
 			{Name: volumeState, MountPath: stateDir},
 			{Name: volumeCA, MountPath: CADir},
-		}, append(o.Vault.mounts(), o.UpstreamProxy.mounts()...)...),
+		}, append(append(o.Vault.mounts(), o.UpstreamProxy.mounts()...), o.Audit.mounts(s.audit)...)...),
 	}
 }
 

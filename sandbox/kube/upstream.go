@@ -143,32 +143,8 @@ func (u *UpstreamProxyOptions) mounts() []corev1.VolumeMount {
 // checkPod refuses a pod that reaches for the proxy's credentials Secret itself (a volume,
 // a projected source, env or envFrom): the sandbox never holds them.
 func (u *UpstreamProxyOptions) checkPod(pod *corev1.Pod) error {
-	if u.URL == "" || u.AuthSecret == "" {
+	if u.URL == "" {
 		return nil
 	}
-	for _, vol := range pod.Spec.Volumes {
-		if vol.Secret != nil && vol.Secret.SecretName == u.AuthSecret && vol.Name != volumeUpstreamAuth {
-			return deniedf("volume %q mounts Secret %q, the upstream proxy's credentials, which only the airlock sidecar may hold", vol.Name, u.AuthSecret)
-		}
-		if vol.Projected != nil {
-			for _, src := range vol.Projected.Sources {
-				if src.Secret != nil && src.Secret.Name == u.AuthSecret {
-					return deniedf("volume %q projects Secret %q, the upstream proxy's credentials, which only the airlock sidecar may hold", vol.Name, u.AuthSecret)
-				}
-			}
-		}
-	}
-	for _, c := range appContainers(pod) {
-		for _, e := range c.Env {
-			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == u.AuthSecret {
-				return deniedf("container %q reads Secret %q, the upstream proxy's credentials, which only the airlock sidecar may hold", c.Name, u.AuthSecret)
-			}
-		}
-		for _, ef := range c.EnvFrom {
-			if ef.SecretRef != nil && ef.SecretRef.Name == u.AuthSecret {
-				return deniedf("container %q reads Secret %q, the upstream proxy's credentials, which only the airlock sidecar may hold", c.Name, u.AuthSecret)
-			}
-		}
-	}
-	return nil
+	return refuseSecret(pod, u.AuthSecret, volumeUpstreamAuth, "the upstream proxy's credentials")
 }

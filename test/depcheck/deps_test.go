@@ -72,6 +72,9 @@ var ours = map[string]may{
 		"llmproxy":         "airlock usage reads the usage ledger",
 		"learn":            "airlock policy learn|replay: candidate policies from audit trails",
 		"audit":            "airlock audit verify|keygen|pubkey|export: checks audit trails, makes signing keys, packs evidence",
+		"approval":         "airlock approvals and sandbox approvals: the operator socket's client",
+		"audit/ship":       "airlock audit verify|export s3://...: reads shipped chains back from object storage",
+		"audit/ocsf":       "airlock audit ocsf: renders audit lines as OCSF events",
 	},
 	"cmd/airlock-kube": {
 		"internal/cli":  "the command table, flag sets and exit codes both mains share",
@@ -84,8 +87,10 @@ var ours = map[string]may{
 		"ebpf": "the in-process eBPF enforcer is its first kernel Enforcer", "credentials": "wires the credential broker",
 		"credentials/vault": "wires the Vault source", "egress": "builds the one dial guard the proxy and the model API share",
 		"audit": "builds the audit logger once", "policy": "owns the policy store and its reloads",
+		"audit/ship":     "runs the audit shipper beside the logger, with the operator's transport",
 		"internal/trust": "writes --ca-bundle-out",
 		"internal/node":  "--node-agent: AttachNodeAgent adapts node.Client (the node agent's client) to the sidecar's Enforcer",
+		"approval":       "wires the approval stage between the policy store and the proxy and DNS filter",
 	},
 	"proxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
 		"proxy/internal/xconnect": "turns on HTTP/2 extended CONNECT (WebSocket over HTTP/2) before net/http initialises"},
@@ -94,6 +99,7 @@ var ours = map[string]may{
 		"llmproxy/translate": "translates calls between the OpenAI and Anthropic dialects"},
 	"llmproxy/translate": {},
 	"dnsfilter":          {"policy": "decides", "audit": "audits"},
+	"approval":           {"policy": "asks about misses and turns grants into rules", "audit": "audits asks and grants"},
 	"credentials":        {"policy": "secret specs and decisions", "audit": "audits fetches"},
 	"credentials/vault":  {"credentials": "implements its Source", "policy": "secret specs"},
 	"egress":             {"policy": "the one address classifier and the reason catalogue"},
@@ -106,6 +112,8 @@ var ours = map[string]may{
 	"internal/trust": {},
 	"policy":         {},
 	"audit":          {},
+	"audit/ship":     {"audit": "ships the chain's sealed files and reads their ranges"},
+	"audit/ocsf":     {"audit": "decodes the native lines it renders", "policy": "the reason catalogue's remedies"},
 }
 
 // support are test and tooling packages: heavy-dependency rules apply to them, the diagram
@@ -113,7 +121,7 @@ var ours = map[string]may{
 var support = []string{
 	"tools/bench", "test/e2e", "tools/demo", "tools/docgen", "test/depcheck", "test/fakellm", "test/privtest",
 	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest", "test/upstreamproxy",
-	"test/kubecluster", "test/kubecluster/buildcluster", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
+	"test/kubecluster", "test/kubecluster/buildcluster", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
 	"internal/imagebuild", "internal/imagebuild/airlockimage",
 }
 
@@ -135,6 +143,8 @@ var heavies = []heavy{
 	{"github.com/tiktoken-go/tokenizer", []string{"llmproxy", "test/fakellm"}, "the tokenizer vocabularies (~10 MB of binary) live in llmproxy (and the fake provider that counts like the real APIs) only"},
 	{"github.com/opencontainers/runtime-spec", []string{"sandbox"}, "the OCI runtime-spec types (a local sandbox's config.json and exec process) live in sandbox only"},
 	{"github.com/moby/profiles", []string{"sandbox"}, "the default seccomp profile (Docker's, kept by moby) of local sandboxes lives in sandbox only"},
+	{"github.com/aws/aws-sdk-go-v2", []string{"audit/ship"}, "the S3 client (aws-sdk-go-v2) lives in audit/ship only"},
+	{"github.com/aws/smithy-go", []string{"audit/ship"}, "the S3 client's runtime (smithy-go) lives in audit/ship only"},
 	{"k8s.io/client-go/kubernetes", []string{"test/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 

@@ -19,7 +19,7 @@ var layers = [][]string{
 	{"egress", "credentials", "ebpf", "internal/trust", "internal/imagebuild", "llmproxy/translate",
 		"proxy/internal/xconnect"},
 	// The data plane, and what reads the contract's records.
-	{"proxy", "dnsfilter", "llmproxy", "credentials/vault", "learn"},
+	{"proxy", "dnsfilter", "llmproxy", "credentials/vault", "learn", "audit/ship", "audit/ocsf", "approval"},
 	// The node agent, its protocol and the sidecar's client.
 	{"internal/node"},
 	// Composition: one running sidecar.

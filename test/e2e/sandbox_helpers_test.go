@@ -53,6 +53,7 @@ type sandboxInfo struct {
 	AdminAddr     string  `json:"admin_addr"`
 	SupervisorPid int     `json:"supervisor_pid"`
 	SidecarPid    int     `json:"sidecar_pid"`
+	OpenAsks      int     `json:"open_asks"`
 }
 
 // sbEnv is the shared fixture: one world with a git server and a fake model provider, one

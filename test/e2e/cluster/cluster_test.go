@@ -47,6 +47,9 @@ type env struct {
 	allowed *upstream
 	denied  *upstream
 	vault   *vaultFront
+	// webhookEnv is more of the webhook's environment in the install overlay (YAML list
+	// items), for tests that install it configured otherwise.
+	webhookEnv string
 }
 
 // upstream is a plain HTTP test host that records the requests it saw.
@@ -175,7 +178,7 @@ patches:
               - name: webhook
                 env:
                   - {name: AIRLOCK_UPSTREAM_DNS, value: "`+dnsAddr+`"}
-                  - {name: AIRLOCK_ENVIRONMENT, value: "`+webhookEnvironment+`"}`+webhookVaultEnv()+`
+                  - {name: AIRLOCK_ENVIRONMENT, value: "`+webhookEnvironment+`"}`+webhookVaultEnv()+e.webhookEnv+`
 `))
 	e.kubectl(ctx, t, "apply", "-f", filepath.Join(deploy, "namespace.yaml"))
 	e.kubectl(ctx, t, "-n", "airlock-system", "create", "secret", "tls", "airlock-webhook-tls", "--cert", certFile, "--key", keyFile)
