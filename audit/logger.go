@@ -78,8 +78,8 @@ type Logger struct {
 	// recent holds encoded (and redacted) lines, a ring; each slot's memory is reused by the
 	// line that replaces it, so keeping them costs no allocation per event.
 	recent [][]byte
-	next        int
-	full        bool
+	next   int
+	full   bool
 
 	floods floods
 	wake   chan struct{}
