@@ -164,3 +164,74 @@ func FuzzStrictResponseHead(f *testing.F) {
 		}
 	})
 }
+
+// FuzzH1SameAsNetHTTP sends every request the fast path takes whole (its head in the strict
+// subset, its body complete in the strict framing) through the fast path and through net/http,
+// on the explicit listener, followed by a marker request: the upstream must receive the same
+// bytes and the client must see the same answers.
+func FuzzH1SameAsNetHTTP(f *testing.F) {
+	for _, s := range []string{
+		"GET http://plain.test/ok/cl HTTP/1.1\r\nHost: plain.test\r\nX-A: b\r\n\r\n",
+		"POST http://plain.test/ok/chunked HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 3\r\n\r\nabc",
+		"PUT http://plain.test/ok/trailer HTTP/1.1\r\nHost: plain.test\r\nTransfer-Encoding: chunked\r\n\r\n3;a=b\r\nabc\r\n0\r\nX-T: 1\r\n\r\n",
+		"HEAD http://plain.test/ok/head HTTP/1.1\r\nHost: plain.test:80\r\nConnection: close\r\n\r\n",
+		"GET http://plain.test/denied?x=%41 HTTP/1.1\r\nHost: plain.test\r\nX-Request-Id: r1\r\n\r\n",
+		"DELETE http://plain.test/ok/nocont HTTP/1.1\r\nHost: other.test\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	pp := newH1Pair(f)
+	f.Fuzz(func(t *testing.T, req []byte) {
+		if len(req) > maxFuzzInput {
+			return
+		}
+		h, ok := wholeStrictRequest(req)
+		if !ok {
+			return
+		}
+		path := h.target[strings.LastIndexByte(h.target, '/')+1:]
+		if fastOnlyStricterAnswers[path] {
+			return // answers the fast path refuses on purpose (TestH1SameAsNetHTTP)
+		}
+		raw := string(req) + "GET http://plain.test" + markerPath + " HTTP/1.1\r\nHost: plain.test\r\n\r\n"
+		before := len(pp.fastPlain.requests())
+		fast := exchangeRaw(t, pp.fast, true, raw, h.method, "GET")
+		slow := exchangeRaw(t, pp.slow, true, raw, h.method, "GET")
+		if strings.Join(fast, "\n--\n") != strings.Join(slow, "\n--\n") {
+			t.Fatalf("%q: answers differ:\nfast:\n%s\nnet/http:\n%s", req, strings.Join(fast, "\n--\n"), strings.Join(slow, "\n--\n"))
+		}
+		for len(pp.slowP.requests()) < len(pp.fastPlain.requests()) || len(pp.fastPlain.requests()) < len(pp.slowP.requests()) {
+			t.Fatalf("%q: the upstreams got %d and %d requests", req, len(pp.fastPlain.requests()), len(pp.slowP.requests()))
+		}
+		fu, su := pp.fastPlain.requests()[before:], pp.slowP.requests()[before:]
+		if strings.Join(fu, "") != strings.Join(su, "") {
+			t.Fatalf("%q: upstream got different bytes:\nfast:\n%q\nnet/http:\n%q", req, fu, su)
+		}
+	})
+}
+
+// fastOnlyStricterAnswers are rawAnswers the fast path answers with 502 where net/http relays.
+var fastOnlyStricterAnswers = map[string]bool{"cl+te": true, "flood": true, "bareLF": true}
+
+// wholeStrictRequest reports whether req is one request the fast path takes, complete: its
+// head in the subset and its body exactly there in the strict framing.
+func wholeStrictRequest(req []byte) (h1Request, bool) {
+	end := headEnd(req, 0)
+	if end < 0 {
+		return h1Request{}, false
+	}
+	h, v := parseRequestHead(req[:end], true)
+	if v != headStrict {
+		return h, false
+	}
+	body := req[end:]
+	if h.bodyLen >= 0 {
+		return h, int64(len(body)) == h.bodyLen
+	}
+	cr := newConnReader(&chunkConn{r: bytes.NewReader(body), chunk: len(body) + 1}, nil)
+	if _, err := io.ReadAll(&chunkedReader{r: cr, maxTrailer: DefaultMaxHeaderBytes}); err != nil {
+		return h, false
+	}
+	rest, err := io.ReadAll(cr)
+	return h, err == nil && len(rest) == 0
+}
