@@ -39,6 +39,9 @@ const (
 	KindApproval   Kind = "approval"   // an ask to the operator, a grant, a denial, an expiry or a revocation (package approval)
 )
 
+// Kinds lists every kind of the contract, for renderings that must place each one.
+var Kinds = []Kind{KindHTTP, KindConnect, KindDNS, KindLLM, KindCredential, KindPolicy, KindAudit, KindApproval}
+
 // Decision values of the contract.
 const (
 	DecisionAllow  = "allow"

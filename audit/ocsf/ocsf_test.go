@@ -296,7 +296,7 @@ func TestRenderedEventsHaveEveryRequiredFieldOfTheirClass(t *testing.T) {
 
 // Every native kind is either rendered or listed as not exported, never both.
 func TestEveryKindMapsOrIsListed(t *testing.T) {
-	for _, k := range []audit.Kind{audit.KindHTTP, audit.KindConnect, audit.KindDNS, audit.KindLLM, audit.KindCredential, audit.KindPolicy, audit.KindAudit} {
+	for _, k := range audit.Kinds {
 		_, mapped := Classes[k]
 		_, listed := NotExported[k]
 		if mapped == listed {
