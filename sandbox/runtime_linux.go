@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -322,10 +323,26 @@ func logTail(logFile string, offset int64) string {
 // recorded its container leaves processes only the cgroup knows), then removes the cgroup v1
 // directories of the container on a hybrid host. The v2 cgroup itself, with the kernel
 // programs, is the cgroup step's to remove.
+//
+// A container made with its one command (ContainerState.Waiting) by runc or crun is deleted
+// without a runtime process: once its cgroup is empty nothing of it runs, and what such a
+// runtime's delete of a stopped container leaves to remove is its cgroups (removed here and by
+// the cgroup step) and its state directory under the private root.
 func deleteContainer(st *State) error {
 	c := st.Container
+	state := filepath.Join(c.Root, c.ID)
+	if c.Waiting && slices.Contains([]string{"runc", "crun"}, filepath.Base(c.Runtime)) {
+		err := killCgroup(st.Cgroup)
+		if err == nil {
+			err = os.RemoveAll(state)
+		}
+		if c.CgroupsPath != "" {
+			err = errors.Join(err, removeV1Cgroups(c.CgroupsPath))
+		}
+		return err
+	}
 	var errs []error
-	if _, err := os.Stat(filepath.Join(c.Root, c.ID)); err == nil {
+	if _, err := os.Stat(state); err == nil {
 		argv := runtimeArgs(c, "delete", "--force", c.ID)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = []string{"PATH=" + defaultPath}
