@@ -121,7 +121,7 @@ var ours = map[string]may{
 var support = []string{
 	"tools/bench", "test/e2e", "tools/demo", "tools/docgen", "test/depcheck", "test/fakellm", "test/privtest",
 	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest", "test/upstreamproxy",
-	"test/kubecluster", "test/kubecluster/buildcluster", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
+	"test/kubecluster", "test/kubecluster/buildcluster", "test/cachedbuild", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
 	"internal/imagebuild", "internal/imagebuild/airlockimage",
 }
 

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,11 +20,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/test/cachedbuild"
 )
 
 // Version is the versitygw release ./server pins (its go.mod says the same).
@@ -211,56 +211,17 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // Binary returns the path of the versitygw binary, building it into <repo>/.cache/ when no
-// binary for the current go.mod, go.sum and Go version exists. A file lock keeps parallel
-// test packages from building it twice.
+// binary for the server module's sources and the Go version exists (package cachedbuild).
 func Binary() (string, error) {
 	dir, err := serverDir()
 	if err != nil {
 		return "", err
 	}
-	sum, err := sourceHash(dir)
-	if err != nil {
-		return "", err
-	}
-	cacheDir := filepath.Join(dir, "..", "..", "..", ".cache")
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("create %s: %w", cacheDir, err)
-	}
-	bin := filepath.Join(cacheDir, "s3test-versitygw-"+Version+"-"+sum[:16])
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	lock, err := os.OpenFile(filepath.Join(cacheDir, "s3test-versitygw.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock: %w", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	tmp := bin + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build in %s: %w\n%s", dir, err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	old, _ := filepath.Glob(filepath.Join(cacheDir, "s3test-versitygw-*"))
-	for _, o := range old {
-		if o != bin && !strings.HasSuffix(o, ".lock") {
-			_ = os.Remove(o)
-		}
-	}
-	return bin, nil
+	return cachedbuild.Binary(cachedbuild.Spec{
+		Name: "s3test-versitygw", Dir: dir, Package: "github.com/versity/versitygw/cmd/versitygw",
+		BuildFlags: []string{"-trimpath", "-ldflags", "-s -w"}, Env: []string{"CGO_ENABLED=0"},
+		Timeout: 30 * time.Minute,
+	})
 }
 
 // serverDir is this package's server/ directory.
@@ -270,19 +231,4 @@ func serverDir() (string, error) {
 		return "", errors.New("cannot locate the s3test package")
 	}
 	return filepath.Join(filepath.Dir(file), "server"), nil
-}
-
-// sourceHash hashes the server module's go.mod and go.sum and the Go version.
-func sourceHash(dir string) (string, error) {
-	h := sha256.New()
-	h.Write([]byte(runtime.Version()))
-	for _, f := range []string{"go.mod", "go.sum", "tools.go"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d\n", f, len(b))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

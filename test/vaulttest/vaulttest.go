@@ -9,10 +9,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,12 +21,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/test/cachedbuild"
 )
 
 // Server is a running Vault test cluster (one core). Address, CACertFile and RootToken are
@@ -283,57 +282,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // Binary returns the path of the server binary, building it into <repo>/.cache/ when no
-// binary for the current sources exists. A file lock keeps parallel test packages from
-// building it twice.
+// binary for the server module's sources and the Go version exists (package cachedbuild).
 func Binary() (string, error) {
 	dir, err := serverDir()
 	if err != nil {
 		return "", err
 	}
-	sum, err := sourceHash(dir)
-	if err != nil {
-		return "", err
-	}
-	cacheDir := filepath.Join(dir, "..", "..", "..", ".cache")
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("create %s: %w", cacheDir, err)
-	}
-	bin := filepath.Join(cacheDir, "vaulttest-server-"+sum[:16])
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	lock, err := os.OpenFile(filepath.Join(cacheDir, "vaulttest-server.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock: %w", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-	defer cancel()
-	tmp := bin + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build in %s: %w\n%s", dir, err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	// Binaries of older sources are dead weight (150 MB each).
-	old, _ := filepath.Glob(filepath.Join(cacheDir, "vaulttest-server-*"))
-	for _, o := range old {
-		if o != bin && !strings.HasSuffix(o, ".lock") {
-			_ = os.Remove(o)
-		}
-	}
-	return bin, nil
+	return cachedbuild.Binary(cachedbuild.Spec{Name: "vaulttest-server", Dir: dir, Package: ".", Timeout: 60 * time.Minute})
 }
 
 // serverDir is this package's server/ directory.
@@ -343,26 +298,4 @@ func serverDir() (string, error) {
 		return "", errors.New("cannot locate the vaulttest package")
 	}
 	return filepath.Join(filepath.Dir(file), "server"), nil
-}
-
-// sourceHash hashes the server module's go.mod, go.sum and Go sources (and the Go version,
-// whose change also needs a rebuild).
-func sourceHash(dir string) (string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil {
-		return "", err
-	}
-	files = append(files, filepath.Join(dir, "go.mod"), filepath.Join(dir, "go.sum"))
-	sort.Strings(files)
-	h := sha256.New()
-	h.Write([]byte(runtime.Version()))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
