@@ -108,7 +108,10 @@ func (u *UpstreamProxyOptions) args() []string {
 
 // volumes are the pod volumes of the proxy's CA and credentials.
 func (u *UpstreamProxyOptions) volumes() []corev1.Volume {
-	readable, private := int32(0o444), int32(0o400)
+	// 0444: the sidecar runs as a non-root uid and Secret files are root's; only the sidecar
+	// mounts this volume (mutate's sidecarOnly) and checkPod refuses app containers that reach
+	// for the Secret, so readable by all is readable by the sidecar alone.
+	readable := int32(0o444)
 	var out []corev1.Volume
 	if u.URL != "" && u.CAConfigMap != "" {
 		out = append(out, corev1.Volume{Name: volumeUpstreamCA, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -121,7 +124,7 @@ func (u *UpstreamProxyOptions) volumes() []corev1.Volume {
 		out = append(out, corev1.Volume{Name: volumeUpstreamAuth, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName:  u.AuthSecret,
 			Items:       []corev1.KeyToPath{{Key: "auth", Path: "auth"}},
-			DefaultMode: &private,
+			DefaultMode: &readable,
 		}}})
 	}
 	return out

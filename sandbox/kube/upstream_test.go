@@ -38,8 +38,8 @@ func TestUpstreamProxyOnlyInTheSidecar(t *testing.T) {
 		t.Errorf("sidecar mounts %v, want the upstream proxy's CA and credentials", mounted)
 	}
 	for _, v := range got.Spec.Volumes {
-		if v.Name == volumeUpstreamAuth && (v.Secret == nil || v.Secret.SecretName != "corp-proxy" || *v.Secret.DefaultMode != 0o400) {
-			t.Errorf("credentials volume %+v, want Secret corp-proxy, mode 0400", v)
+		if v.Name == volumeUpstreamAuth && (v.Secret == nil || v.Secret.SecretName != "corp-proxy" || *v.Secret.DefaultMode != 0o444) {
+			t.Errorf("credentials volume %+v, want Secret corp-proxy, mode 0444 (the non-root sidecar reads it)", v)
 		}
 	}
 	for _, c := range got.Spec.Containers {
