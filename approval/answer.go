@@ -27,12 +27,12 @@ func (s *Stage) Answer(id string, ans Answer) (Grant, error) {
 	}
 	if !ans.Grant {
 		a.Status, a.Approver, a.Detail = StatusDenied, ans.Approver, cmp.Or(ans.Detail, "denied by "+ans.Approver)
-		close(a.done)
 		deny := *a
 		s.mu.Unlock()
 		s.metrics.denials.Inc()
 		s.metrics.open.Dec()
-		s.auditDeny(deny)
+		s.auditDeny(deny) // the trail holds the denial before the held request is answered
+		close(a.done)
 		return Grant{}, nil
 	}
 	g := Grant{ID: a.ID, Sandbox: a.Sandbox, Policy: a.Policy, Host: a.Host, Ports: a.Ports(),
