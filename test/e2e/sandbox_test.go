@@ -520,6 +520,22 @@ func testSandboxEphemeral(t *testing.T, e *sbEnv) {
 	}
 }
 
+// startReadingLines starts cmd with its stdout read line by line (the scanner, over out) and
+// its stderr collected.
+func startReadingLines(t *testing.T, cmd *exec.Cmd) (sc *bufio.Scanner, out io.ReadCloser, stderr *bytes.Buffer) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return bufio.NewScanner(out), out, stderr
+}
+
 // exec --ephemeral without a terminal (the runtime creates the container with the command while
 // the sidecar starts): the command reads this process's stdin, and a SIGTERM sent to airlock
 // reaches it (its trap's exit status is airlock's); nothing is left afterwards.
@@ -532,16 +548,7 @@ func testSandboxEphemeralStdinSignals(t *testing.T, e *sbEnv) {
 	defer cancel()
 	cmd := e.command(ctx, createEnv(), args...)
 	cmd.Stdin = strings.NewReader("hello from stdin\n")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
+	sc, _, stderr := startReadingLines(t, cmd)
 	var lines []string
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
@@ -551,13 +558,13 @@ func testSandboxEphemeralStdinSignals(t *testing.T, e *sbEnv) {
 			}
 		}
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
-		t.Errorf("ephemeral exec after SIGTERM: %v, want exit 7 (the command's trap); stderr:\n%s", err, &stderr)
+		t.Errorf("ephemeral exec after SIGTERM: %v, want exit 7 (the command's trap); stderr:\n%s", err, stderr)
 	}
 	if want := []string{"got hello from stdin", "ready", "terminated"}; !slices.Equal(lines, want) {
-		t.Errorf("the command printed %q, want %q; stderr:\n%s", lines, want, &stderr)
+		t.Errorf("the command printed %q, want %q; stderr:\n%s", lines, want, stderr)
 	}
 	if left := e.leftovers(t, name, sandboxInfo{}); len(left) > 0 {
 		t.Errorf("left after an ephemeral exec: %q", left)
@@ -606,16 +613,7 @@ func testSandboxReap(t *testing.T, e *sbEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), sbCommandTimeout)
 	defer cancel()
 	cmd := e.command(ctx, createEnv(), append([]string{"sandbox", "create", half}, e.createArgs()...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
+	sc, out, stderr := startReadingLines(t, cmd)
 	var lines []string
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
