@@ -126,3 +126,37 @@ func TestFloodWebhookBounded(t *testing.T) {
 		t.Fatalf("the webhook got %d requests for %d asks", requests, asks)
 	}
 }
+
+// TestPendingSummaryRearmsRun: the first miss not asked about after a summary wakes Run, which
+// then arms its timer for the summary's due time, so the summary is written within
+// summaryInterval even when the misses stop (Run would otherwise sleep until the next ask's
+// expiry).
+func TestPendingSummaryRearmsRun(t *testing.T) {
+	f := newFixture(t, "  approval: {hold: 1ms}\n", func(c *Config) { c.Resolver = anyPublic{} })
+	for i := 0; ; i++ {
+		select {
+		case <-f.s.wake: // drained: only a later wake counts
+		default:
+		}
+		summaries := len(f.ev.of(EventSummary))
+		d := f.settle(context.Background(), fmt.Sprintf("n%d.flood.example", i), 443)
+		if i > 10*DefaultMaxOpenAsks {
+			t.Fatal("the bound never left a miss for a later summary")
+		}
+		if d.Reason != policy.ReasonNoRule || len(f.ev.of(EventSummary)) > summaries {
+			continue // an ask, or a miss whose summary was written at once (the first one)
+		}
+		select {
+		case <-f.s.wake:
+		default:
+			t.Fatal("a miss left for a later summary did not wake Run")
+		}
+		f.s.mu.Lock()
+		want := f.s.lastSummary.Add(summaryInterval)
+		f.s.mu.Unlock()
+		if due := f.s.nextDue(); due.IsZero() || due.After(want) {
+			t.Fatalf("Run's next wake-up %v, want by the summary's due time %v", due, want)
+		}
+		return
+	}
+}

@@ -157,10 +157,14 @@ func (s *Stage) lookupOrAdmit(a Ask) (*Ask, outcome) {
 		return nil, outcome{}
 	}
 	s.dropped++
+	first := s.dropped == 1
 	summary := s.summaryLocked(now, false)
 	s.mu.Unlock()
 	s.metrics.notAsked.WithLabelValues("bound").Inc()
 	s.logSummary(summary)
+	if first && summary.count == 0 {
+		s.rearm() // the summary is due within summaryInterval, even if the misses stop now
+	}
 	return nil, outcome{why: fmt.Sprintf("too many asks are open or were made this minute (at most %d open, %d a minute); ask again later",
 		s.cfg.MaxOpenAsks, s.cfg.AsksPerMinute)}
 }
@@ -210,10 +214,7 @@ func (s *Stage) open(pol *policy.Policy, a Ask) *Ask {
 			s.runWebhook(*w, *ask)
 		}()
 	}
-	select { // Run re-arms for the ask's expiry
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.rearm() // for the ask's expiry
 	return ask
 }
 

@@ -205,12 +205,17 @@ func (s *Stage) rebuildLocked(base *policy.Policy, now time.Time) *policy.Policy
 // invalidateLocked makes the next Current rebuild the effective policy.
 func (s *Stage) invalidateLocked() { s.eff.Store(nil) }
 
-// changed tells the wiring that the live grants changed, and re-arms Run's timer.
-func (s *Stage) changed() {
+// rearm has Run compute its next wake-up again (a new ask, grant or pending summary).
+func (s *Stage) rearm() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// changed tells the wiring that the live grants changed, and re-arms Run's timer.
+func (s *Stage) changed() {
+	s.rearm()
 	if s.cfg.OnChange != nil {
 		s.cfg.OnChange()
 	}
