@@ -157,9 +157,9 @@ func TestUnpackContains(t *testing.T) {
 	layer, outside := hostileSetup(t)
 	secret := filepath.Join(outside, "secret")
 	caps := entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "bin/capped", Mode: 0o755, PAXRecords: map[string]string{
-		"SCHILY.xattr.security.capability":        "\x01\x00\x00\x02\xff\xff\xff\xff\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00",
-		"SCHILY.xattr.trusted.overlay.redirect":   "/etc",
-		"SCHILY.xattr.trusted.overlay.metacopy":   "",
+		"SCHILY.xattr.security.capability":       "\x01\x00\x00\x02\xff\xff\xff\xff\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00",
+		"SCHILY.xattr.trusted.overlay.redirect":  "/etc",
+		"SCHILY.xattr.trusted.overlay.metacopy":  "",
 		"SCHILY.xattr.user.harmless-but-dropped": "1",
 	}}}
 	owned := file("home/u/f", "x", 0o640)
