@@ -134,6 +134,16 @@ type ContainerState struct {
 	Workdir string   `json:"workdir"`
 	TmpSize int64    `json:"tmp_size"`
 	Mounts  []Mount  `json:"mounts,omitempty"`
+	// Image is the image the root filesystem is built from (create --image); nil: the
+	// host's read-only view.
+	Image *Image `json:"image,omitempty"`
+	// WorkdirInImage says the working directory is the image's WorkingDir, in its root
+	// filesystem (no tmpfs over it).
+	WorkdirInImage bool `json:"workdir_in_image,omitempty"`
+	// User is the commands' default uid and gid (the image's USER); nil: root. Home is their
+	// HOME ("" : the working directory).
+	User *IDs  `json:"user,omitempty"`
+	Home string `json:"home,omitempty"`
 }
 
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.

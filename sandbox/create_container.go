@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -39,6 +40,9 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 	}
 	if err := checkMounts(o.Mounts); err != nil {
 		return err
+	}
+	if o.Image != "" && m.Images == nil {
+		return fmt.Errorf("--image %s: no image cache is set up", o.Image)
 	}
 	st.Container = &ContainerState{
 		Runtime: rt, Root: filepath.Join(m.Store.StateRoot, "runtime", filepath.Base(rt)), ID: st.Name,
@@ -80,9 +84,9 @@ func checkMounts(ms []Mount) error {
 // and start the container in the sandbox's network namespace and cgroup. It runs last, once
 // the kernel programs are attached to the cgroup, so no process of the sandbox ever runs
 // without them.
-func (m *Manager) doContainer(_ context.Context, c *creation) (string, error) {
+func (m *Manager) doContainer(ctx context.Context, c *creation) (string, error) {
 	st, ct := c.st, c.st.Container
-	if err := m.claimAndBundle(c); err != nil {
+	if err := m.claimAndBundle(ctx, c); err != nil {
 		return "", err
 	}
 	if ct.Once {
@@ -97,22 +101,31 @@ func (m *Manager) doContainer(_ context.Context, c *creation) (string, error) {
 // doContainerEarly is doContainer for a container made with its one command (OnceProcess):
 // the bundle's process is the command, and the runtime creates the container in the
 // background (the "created" step waits for it); its process waits for StartOnce.
-func (m *Manager) doContainerEarly(_ context.Context, c *creation) (string, error) {
+func (m *Manager) doContainerEarly(ctx context.Context, c *creation) (string, error) {
 	st, ct, op := c.st, c.st.Container, c.o.OnceProcess
-	if op.Exec.UID >= IDRangeSize || op.Exec.GID >= IDRangeSize || len(op.Argv) == 0 {
+	if op.Exec.UID >= IDRangeSize || op.Exec.GID >= IDRangeSize || (len(op.Argv) == 0 && c.o.Image == "") {
 		return "", fmt.Errorf("no command, or --user %d:%d outside 0-%d", op.Exec.UID, op.Exec.GID, IDRangeSize-1)
 	}
 	ct.Waiting = true
-	if err := m.claimAndBundle(c); err != nil {
+	if err := m.claimAndBundle(ctx, c); err != nil {
 		return "", err
+	}
+	if ct.Image != nil {
+		if op.Argv = ct.Image.Argv(op.Argv); len(op.Argv) == 0 {
+			return "", fmt.Errorf("no command, and the image %s has neither Entrypoint nor Cmd", ct.Image.Ref)
+		}
 	}
 	c.created = m.ops().CreateContainer(st, op, st.runtimeLog())
 	return fmt.Sprintf("%s creating it with the command, beside the sidecar, %s", filepath.Base(ct.Runtime), idsAndLimits(st)), nil
 }
 
-// claimAndBundle claims the sandbox's uid range, records it and writes the bundle.
-func (m *Manager) claimAndBundle(c *creation) error {
+// claimAndBundle gets the image (if any), claims the sandbox's uid range, records both and
+// writes the bundle.
+func (m *Manager) claimAndBundle(ctx context.Context, c *creation) error {
 	st, ct := c.st, c.st.Container
+	if err := m.getImage(ctx, c); err != nil {
+		return err
+	}
 	base, claim, err := m.ops().ClaimIDRange(c.idBase, m.Store.path(st.Name))
 	if err != nil {
 		return err
@@ -161,6 +174,9 @@ func (m *Manager) undoContainer(_ context.Context, st *State) (string, error) {
 	}
 	ct := st.Container
 	err := errors.Join(m.ops().DeleteContainer(st), m.ops().ReleaseIDRange(ct.IDClaim))
+	if ct.Image != nil && m.Images != nil && err == nil { // its layers are no longer in use
+		err = m.Images.Release(m.Store.path(st.Name))
+	}
 	return "removed   container " + ct.ID + ", bundle " + ct.Bundle, err
 }
 
@@ -184,4 +200,25 @@ func formatBytes(n int64) string {
 		}
 	}
 	return fmt.Sprint(n)
+}
+
+// getImage gets the image of the sandbox (CreateOptions.Image) ready and pinned for it, and
+// takes its working directory when create was given none.
+func (m *Manager) getImage(ctx context.Context, c *creation) error {
+	if c.o.Image == "" {
+		return nil
+	}
+	st, ct := c.st, c.st.Container
+	img, err := m.Images.Get(ctx, c.o.Image, m.Store.path(st.Name))
+	if err != nil {
+		return err
+	}
+	ct.Image = img
+	if wd := img.Config.WorkingDir; c.o.Workdir == "" && wd != "" {
+		if !path.IsAbs(wd) {
+			return fmt.Errorf("image %s: WorkingDir %q is not an absolute path", img.Ref, wd)
+		}
+		ct.Workdir, ct.WorkdirInImage = path.Clean(wd), true
+	}
+	return m.Store.Save(st) // the image, for delete and reap
 }

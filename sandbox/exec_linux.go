@@ -60,6 +60,9 @@ func (m *Manager) OnceCommand(name string, argv []string, o ExecOptions) (*exec.
 	if st.Phase != PhaseReady || st.Container == nil || !st.Container.Once {
 		return nil, nil, fmt.Errorf("sandbox %s was not created to run one command", name)
 	}
+	if st.Container.Image != nil { // as `docker run IMAGE [CMD]`
+		argv = st.Container.Image.Argv(argv)
+	}
 	if len(argv) == 0 || o.UID >= IDRangeSize || o.GID >= IDRangeSize {
 		return nil, nil, fmt.Errorf("no command, or --user %d:%d outside 0-%d", o.UID, o.GID, IDRangeSize-1)
 	}

@@ -23,15 +23,22 @@ func execEnv(st *State, o ExecOptions) []string {
 		}
 	}
 	home := DefaultWorkdir
-	if st.Container != nil {
-		home = st.Container.Workdir
+	var imageEnv []string
+	if c := st.Container; c != nil {
+		home = c.Workdir
+		if c.Home != "" {
+			home = c.Home
+		}
+		if c.Image != nil {
+			imageEnv = c.Image.Config.Env
+		}
 	}
 	env := []string{"PATH=" + defaultPath, "HOME=" + home, "HOSTNAME=" + st.Name}
 	lang := caller["LANG"]
 	if lang == "" {
 		lang = "C.UTF-8"
 	}
-	env = append(env, "LANG="+lang)
+	env = mergeEnv(append(env, "LANG="+lang), imageEnv) // the image's under the env file's
 	if _, tty := isTerminal(os.Stdin); tty {
 		term := caller["TERM"]
 		if term == "" {

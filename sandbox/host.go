@@ -154,6 +154,11 @@ func (linuxHost) StartContainer(st *State) (int, error) { return startContainer(
 func (linuxHost) DeleteContainer(st *State) error {
 	c := st.Container
 	err := deleteContainer(st)
+	if c.Image != nil {
+		if uerr := unmountImageRootfs(st); uerr != nil {
+			return errors.Join(err, uerr) // never remove the bundle through a mounted root
+		}
+	}
 	if rerr := os.RemoveAll(c.Bundle); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("remove bundle: %w", rerr))
 	}

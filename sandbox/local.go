@@ -44,6 +44,9 @@ type Manager struct {
 	// Kernel is the kernel enforcement's pins, probes and mounts (ebpf.Host,
 	// passed in by cmd/airlock); Create, Delete, Reap, Doctor and ExecInPlace need it.
 	Kernel Kernel
+	// Images gets images ready for sandboxes created with an image (sandbox/image's Store,
+	// passed in by cmd/airlock); nil refuses CreateOptions.Image.
+	Images ImageSource
 
 	// host makes the changes to this machine; nil means linuxHost (tests put a fake here).
 	host hostOps
@@ -85,6 +88,11 @@ type CreateOptions struct {
 	Workdir string
 	// Network is NetworkSidecar (default) or NetworkNone (loopback only).
 	Network string
+	// Image is the image the root filesystem is built from (create --image): an OCI layout
+	// directory, an image tarball or a registry reference; the Manager's Images gets it.
+	// Empty: the host's read-only view. With an image, an empty Workdir means the image's
+	// WorkingDir (in its root filesystem), else DefaultWorkdir.
+	Image string
 	// TmpSize caps /tmp and the working directory in bytes (DefaultTmpSize when zero).
 	TmpSize int64
 	// IDBase is the first host uid/gid handed to sandboxes (DefaultIDBase when zero).

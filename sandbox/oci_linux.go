@@ -45,7 +45,7 @@ func ociSpec(st *State, view rootView) (*specs.Spec, error) {
 	c := st.Container
 	spec := &specs.Spec{
 		Version:  ociVersion,
-		Root:     &specs.Root{Path: "rootfs", Readonly: true},
+		Root:     &specs.Root{Path: "rootfs", Readonly: c.Image == nil},
 		Hostname: st.Name,
 		Process: &specs.Process{
 			User:            specs.User{UID: 0, GID: 0},
@@ -130,8 +130,11 @@ func containerMounts(c *ContainerState, view rootView) []specs.Mount {
 	for _, m := range c.Mounts {
 		workdirMounted = workdirMounted || m.Dest == c.Workdir
 	}
-	if !workdirMounted {
+	if !workdirMounted && !c.WorkdirInImage {
 		ms = append(ms, specs.Mount{Destination: c.Workdir, Type: "tmpfs", Source: "tmpfs", Options: tmpOpts})
+	}
+	if c.Image != nil {
+		ms = append(ms, imageEtcMounts(c)...)
 	}
 	// Parents before children: a mount under the working directory lands on its tmpfs.
 	user := slices.Clone(c.Mounts)

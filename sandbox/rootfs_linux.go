@@ -41,11 +41,14 @@ func writeBundle(st *State) error {
 			return fmt.Errorf("bundle %s: %w", d, err)
 		}
 	}
-	view, err := layoutRootfs(rootfs, c)
-	if err != nil {
-		return err
+	var view rootView
+	var err error
+	if c.Image != nil {
+		err = writeImageBundle(st)
+	} else if view, err = layoutRootfs(rootfs, c); err == nil {
+		err = writeEtc(st, filepath.Join(rootfs, "etc"))
 	}
-	if err := writeEtc(st, filepath.Join(rootfs, "etc")); err != nil {
+	if err != nil {
 		return err
 	}
 	spec, err := ociSpec(st, view)

@@ -414,6 +414,9 @@ func removeV1Cgroups(rel string) error {
 // that a missing command exits 127 and an unexecutable one 126, as in a shell), as uid:gid
 // (inside ids) in the working directory, with env, no capabilities and no_new_privs.
 func execProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) ([]byte, error) {
+	if uid < 0 && c.User != nil {
+		uid, gid = c.User.UID, c.User.GID
+	}
 	if uid < 0 {
 		uid = 0
 	}

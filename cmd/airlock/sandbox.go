@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,9 +17,11 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/ebpf"
+	"github.com/airlock-dev/airlock/egress"
 	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/proxy"
 	"github.com/airlock-dev/airlock/sandbox"
+	"github.com/airlock-dev/airlock/sandbox/image"
 	"golang.org/x/term"
 )
 
@@ -64,13 +67,28 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{}}, nil
+	images, err := imageCache(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{}, Images: images}, nil
+}
+
+// imageCache is the layer cache of the state directory; registry pulls go out through the
+// operator's dial path (direct, to any address: the operator named the registry), never a
+// sandbox's policy.
+func imageCache(stateDir string) (*image.Store, error) {
+	op, err := egress.NewOperator(egress.Config{})
+	if err != nil {
+		return nil, cli.Failf("image pulls: %v", err)
+	}
+	return &image.Store{Dir: filepath.Join(stateDir, "images"), Transport: op.Transport(egress.AllRanges(), nil)}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
 type createFlags struct {
 	stateDir, policy, profile, environment, subnet, cgroupParent, upstreamDNS, backend string
-	runtime, workdir, network, tmpSize                                                 string
+	runtime, workdir, network, tmpSize, image                                          string
 	cpu                                                                                float64
 	memory                                                                             string
 	pids                                                                               int
@@ -94,7 +112,7 @@ func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	fs.StringVar(&c.tmpSize, "tmp-size", "512M", "size cap of the private /tmp and of the working directory (each a tmpfs)")
 	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | PATH")
 	fs.Var(&c.mounts, "mount", "show host path SRC at DST inside, `SRC:DST[:ro|rw]`, read-only unless rw (repeatable)")
-	fs.StringVar(&c.workdir, "workdir", sandbox.DefaultWorkdir, "the commands' working directory inside: a private tmpfs, or a --mount at the same path")
+	fs.StringVar(&c.workdir, "workdir", "", "the commands' working directory inside: a private tmpfs, or a --mount at the same path (default /work; with --image, the image's WorkingDir if it has one)")
 	fs.StringVar(&c.network, "network", "", "none: loopback only (no veth, no sidecar, no DNS); default: the sidecar's network")
 	fs.UintVar(&c.idBase, "id-base", sandbox.DefaultIDBase, "first host uid/gid handed to sandboxes (each takes 65536, host-wide, never overlapping)")
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for the sidecar to become ready")
@@ -122,7 +140,7 @@ func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOpti
 		Name: name, PolicyFile: c.policy, Profile: c.profile, Environment: c.environment, Subnet: c.subnet,
 		CgroupParent: c.cgroupParent, UpstreamDNS: c.upstreamDNS, RunArgs: runArgs, Env: os.Environ(),
 		Limits:  sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
-		Runtime: c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp,
+		Runtime: c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp, Image: c.image,
 		IDBase:       uint32(c.idBase),
 		ReadyTimeout: c.readyTimeout,
 	}, nil
@@ -197,6 +215,7 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 		return cli.Failf("sandbox create: give exactly one NAME")
 	}
 	name := pos[0]
+	c.image = kc.Image // one --image for both backends
 	switch c.backend {
 	case "local":
 	case "kubernetes":
@@ -312,6 +331,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
 	user := fs.String("user", "", "run CMD as UID[:GID] inside the sandbox, 0-65535 (default: its root, an unprivileged uid outside)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
+	fs.StringVar(&c.image, "image", "", "with --ephemeral: the root filesystem's image, `REF` (an OCI layout directory, an OCI or docker-save tarball, or a registry reference); without a command, the image's Entrypoint and Cmd run")
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
 	// Flags stop at NAME: everything after it is the command.
@@ -322,15 +342,17 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}
-	if len(rest) < 2 {
+	// An ephemeral sandbox of an image may run the image's own command (Entrypoint, Cmd).
+	imageCmd := *ephemeral && c.image != ""
+	if len(rest) < 1 || (len(rest) < 2 && !imageCmd) {
 		fs.Usage()
 		return cli.Failf("sandbox exec: give NAME and a command")
 	}
 	name, argv := rest[0], rest[1:]
-	if argv[0] == "--" {
+	if len(argv) > 0 && argv[0] == "--" {
 		argv = argv[1:]
 	}
-	if len(argv) == 0 {
+	if len(argv) == 0 && !imageCmd {
 		return cli.Failf("sandbox exec: give a command after NAME")
 	}
 	uid, gid, err := parseUser(*user)

@@ -28,7 +28,8 @@ func (k *KubeCluster) Register(fs *FlagSet) {
 // KubeCreate are the flags of "sandbox create --backend kubernetes".
 type KubeCreate struct {
 	KubeCluster
-	// Image is --image, the sandbox container's image; required.
+	// Image is --image: the sandbox container's image (required with --backend kubernetes;
+	// a local sandbox's root filesystem otherwise).
 	Image string
 	// PolicyConfigMap is --policy-configmap; empty means NAME-policy.
 	PolicyConfigMap string
@@ -46,7 +47,7 @@ type KubeCreate struct {
 // Register adds the Kubernetes backend's flags to the sandbox create flag set.
 func (o *KubeCreate) Register(fs *FlagSet) {
 	o.KubeCluster.Register(fs)
-	fs.StringVar(&o.Image, "image", "", "kubernetes: image of the sandbox container (required with --backend kubernetes)")
+	fs.StringVar(&o.Image, "image", "", "the sandbox's image, `REF`; local: its root filesystem (an OCI layout directory, an OCI or docker-save tarball, or a registry reference; default the host's read-only view); kubernetes: the sandbox container's (required)")
 	fs.StringVar(&o.PolicyConfigMap, "policy-configmap", "", "kubernetes: policy ConfigMap the pod names (default NAME-policy); --policy writes it, else it must exist")
 	fs.StringVar(&o.PolicyKey, "policy-key", "", "kubernetes: key of the policy in the ConfigMap (default policy.yaml)")
 	fs.StringVar(&o.Command, "command", "", `kubernetes: shell command the sandbox container runs (sh -c); default "sleep infinity", to kubectl exec into`)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -170,8 +171,18 @@ func WriteDockerArchive(t testing.TB, img v1.Image, file string) string {
 // returns its reference (127.0.0.1:PORT/REPO:latest, plain HTTP as for any loopback registry).
 func ServeRegistry(t testing.TB, img v1.Image, repo string) string {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(nilLogger())))
+	srv := httptest.NewServer(Registry(t, img, repo))
 	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://") + "/" + repo + ":latest"
+}
+
+// Registry returns an in-process registry's handler holding img as REPO:latest, for a test
+// to serve where its clients are (a namespace of its own, behind TLS).
+func Registry(t testing.TB, img v1.Image, repo string) http.Handler {
+	t.Helper()
+	h := registry.New(registry.Logger(nilLogger()))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/" + repo + ":latest"
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -180,7 +191,7 @@ func ServeRegistry(t testing.TB, img v1.Image, repo string) string {
 	if err := remote.Write(r, img); err != nil {
 		t.Fatalf("push %s: %v", ref, err)
 	}
-	return ref
+	return h
 }
 
 // tarDir writes the files of dir into a tar file (paths relative to dir).
