@@ -65,6 +65,8 @@ var ours = map[string]may{
 		"internal/cli":     "the command table, flag sets and exit codes both mains share",
 		"internal/sidecar": "airlock run: flags and config only; the sidecar is wired in internal/sidecar",
 		"sandbox":          "airlock sandbox: the lifecycle manager",
+		"sandbox/image":    "sandbox create --image: the layer cache the manager gets images from",
+		"egress":           "sandbox create --image pulls from a registry through the operator's dial path (egress.Operator)",
 		"ebpf":             "passes ebpf.Host to the sandbox manager as its Kernel (sandbox does not link cilium/ebpf)",
 		"policy":           "airlock policy check|explain|test, and loading a policy for sandbox and usage",
 		"proxy":            "airlock ca export and sandbox create read the interception CA of a state directory (proxy.LoadOrCreateCA); run's limit flags default to proxy.Default*",
@@ -106,6 +108,7 @@ var ours = map[string]may{
 	"sandbox": {"policy": "checks the policy it starts a sidecar with",
 		"internal/trust": "builds the sandbox's CA bundle"},
 	"sandbox/kube":   {"policy": "checks the policy of the pods it creates", "sandbox": "shares the manager's types"},
+	"sandbox/image":  {"sandbox": "implements sandbox.ImageSource with the manager's Image type"},
 	"learn":          {"policy": "writes and decides candidate policies", "audit": "reads audit trails"},
 	"internal/node":  {"ebpf": "the agent attaches and pins the programs on each pod's cgroup (the protocol and the client use none of ours)"},
 	"ebpf":           {},
@@ -122,7 +125,7 @@ var support = []string{
 	"tools/bench", "test/e2e", "tools/demo", "tools/docgen", "test/depcheck", "test/fakellm", "test/privtest",
 	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest", "test/upstreamproxy",
 	"test/kubecluster", "test/kubecluster/buildcluster", "test/cachedbuild", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
-	"internal/imagebuild", "internal/imagebuild/airlockimage",
+	"internal/imagebuild", "internal/imagebuild/airlockimage", "test/imagetest",
 }
 
 // heavy bans importers outside allowed from importing any path with prefix banned.
@@ -139,7 +142,7 @@ var heavies = []heavy{
 	{"github.com/hashicorp/vault", []string{"credentials/vault"}, "vault/api lives in credentials/vault only; Vault server code (BUSL) is never linked"},
 	{"k8s.io/", []string{"sandbox/kube", "test/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
 	{"sigs.k8s.io/", []string{"sandbox/kube", "test/kubetest"}, "the Kubernetes client libraries live in sandbox/kube (and its test support) only"},
-	{"github.com/google/go-containerregistry", []string{"internal/imagebuild"}, "image building (make image) lives in internal/imagebuild only, never in the airlock binary"},
+	{"github.com/google/go-containerregistry", []string{"internal/imagebuild", "sandbox/image", "test/imagetest"}, "image building (make image) lives in internal/imagebuild; reading and pulling sandbox images in sandbox/image (the only importer in the airlock binary), and the test images in test/imagetest"},
 	{"github.com/tiktoken-go/tokenizer", []string{"llmproxy", "test/fakellm"}, "the tokenizer vocabularies (~10 MB of binary) live in llmproxy (and the fake provider that counts like the real APIs) only"},
 	{"github.com/opencontainers/runtime-spec", []string{"sandbox"}, "the OCI runtime-spec types (a local sandbox's config.json and exec process) live in sandbox only"},
 	{"github.com/moby/profiles", []string{"sandbox"}, "the default seccomp profile (Docker's, kept by moby) of local sandboxes lives in sandbox only"},

@@ -25,7 +25,7 @@ var layers = [][]string{
 	// Composition: one running sidecar.
 	{"internal/sidecar"},
 	// Lifecycle: the manager starts sidecars (as processes) and sandboxes.
-	{"sandbox", "sandbox/kube"},
+	{"sandbox", "sandbox/kube", "sandbox/image"},
 	// What both mains share, then the mains.
 	{"internal/cli"},
 	{"cmd/airlock", "cmd/airlock-kube", "internal/imagebuild/airlockimage"},

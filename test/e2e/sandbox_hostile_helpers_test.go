@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/test/imagetest"
 	"github.com/airlock-dev/airlock/test/privtest"
 )
 
@@ -34,10 +36,21 @@ type hostile struct {
 	rt       string // OCI runtime: runc or crun
 	probeDir string // host directory holding the static hostileprobe binary
 	probe    string // the probe's path inside a sandbox
+	// image is the --image of every create (the busybox test image), or "" for the host's
+	// read-only view.
+	image string
 }
 
 // runHostile builds one world and the probe, then runs f once per runtime.
 func runHostile(t *testing.T, f func(t *testing.T, h *hostile)) {
+	t.Helper()
+	runHostileVariants(t, false, f)
+}
+
+// runHostileVariants is runHostile, and with withImage once more on runc with every sandbox
+// made from the busybox image (create --image; issue 33): the same attacks must fail from a
+// root filesystem the sandbox may write.
+func runHostileVariants(t *testing.T, withImage bool, f func(t *testing.T, h *hostile)) {
 	t.Helper()
 	e := newSandboxEnv(t)
 	dir := buildHostileProbe(t)
@@ -47,6 +60,32 @@ func runHostile(t *testing.T, f func(t *testing.T, h *hostile)) {
 			f(t, &hostile{sbEnv: e, rt: rt, probeDir: dir, probe: hostileProbeMount + "/hostileprobe"})
 		})
 	}
+	if withImage {
+		t.Run("runc-image", func(t *testing.T) {
+			privtest.Require(t, "runc")
+			ref := imagetest.WriteLayout(t, imagetest.Busybox(t), filepath.Join(t.TempDir(), "busybox"))
+			f(t, &hostile{sbEnv: e, rt: "runc", probeDir: dir, probe: hostileProbeMount + "/hostileprobe", image: ref})
+		})
+	}
+}
+
+// ownRoot marks the attempts names of r, writes into the sandbox's own root filesystem, as
+// "own-root" when the sandbox is of an image: its root is its own overlay, writable by it,
+// and what it writes there must only stay off the host (each test checks the host's paths).
+func (h *hostile) ownRoot(t *testing.T, r cliResult, names ...string) cliResult {
+	t.Helper()
+	if h.image == "" {
+		return r
+	}
+	lines := strings.Split(r.Stdout, "\n")
+	for i, l := range lines {
+		n, res, ok := strings.Cut(l, "=")
+		if ok && slices.Contains(names, n) && strings.HasPrefix(res, "ok") {
+			lines[i] = n + "=own-root:" + res
+		}
+	}
+	r.Stdout = strings.Join(lines, "\n")
+	return r
 }
 
 // buildHostileProbe builds ./test/hostileprobe static into a directory everyone may read
@@ -80,7 +119,11 @@ func moduleRoot(t *testing.T) string {
 // flags are what every hostile create gets: the runtime and the probe, read-only. Nothing
 // else: the isolation under test must hold without flags.
 func (h *hostile) flags(extra ...string) []string {
-	return append([]string{"--runtime", h.rt, "--mount", h.probeDir + ":" + hostileProbeMount + ":ro"}, extra...)
+	flags := []string{"--runtime", h.rt, "--mount", h.probeDir + ":" + hostileProbeMount + ":ro"}
+	if h.image != "" {
+		flags = append(flags, "--image", h.image)
+	}
+	return append(flags, extra...)
 }
 
 // create creates a sandbox named after what with h.flags and extra, deleted when t ends.

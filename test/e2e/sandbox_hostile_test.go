@@ -77,7 +77,7 @@ func hostShadowLine(t *testing.T) string {
 // /proc/PID/cwd, through every mount point mountinfo lists, symlinks, hard links, "..", and
 // open_by_handle_at.
 func TestSandboxHostileHostFiles(t *testing.T) {
-	runHostile(t, func(t *testing.T, h *hostile) {
+	runHostileVariants(t, true, func(t *testing.T, h *hostile) {
 		name, _ := h.create(t, "files")
 		s := plantHostSecrets(t, name)
 		shadow := hostShadowLine(t)
@@ -129,7 +129,8 @@ wr w.ro_mount_file $PROBE
 : >> /tmp/$N 2>/dev/null
 echo done=1
 `)
-		r := h.sh(t, name, script)
+		r := h.ownRoot(t, h.sh(t, name, script), "w.usr_local_bin", "w.etc", "w.root_file", "w.root_dir",
+			"w.proc1root", "w.dotdot", "w.symlink", "w.usr_bin_env")
 		const class = "host files"
 		wantNoneSucceeded(t, class, r, "r.shadow", "r.secret", "r.secret_cwd", "r.public", "r.symlink_cwd",
 			"r.hardlink_shadow", "w.usr_local_bin", "w.etc", "w.root_file", "w.root_dir", "w.proc1root",
@@ -170,7 +171,7 @@ func wantNoHostEntries(t *testing.T, class, out, key, dir string) {
 // its processes (found by command line or by their host pid), their /proc/PID/root, cwd and
 // environ are out of reach; A cannot signal or ptrace them.
 func TestSandboxHostileOtherSandboxes(t *testing.T) {
-	runHostile(t, func(t *testing.T, h *hostile) {
+	runHostileVariants(t, true, func(t *testing.T, h *hostile) {
 		a, _ := h.create(t, "sba")
 		b, _ := h.create(t, "sbb")
 		bMark := "hostile-b-secret-" + b
@@ -381,7 +382,7 @@ var hostNamespaces = []string{"user", "pid", "ipc", "uts", "mnt"}
 // device node, kernel setting (/proc/sys, /sys/kernel/mm, sysrq), cgroup or bpffs entry can
 // be opened for writing; mknod, mount and raw sockets fail.
 func TestSandboxHostilePrivilege(t *testing.T) {
-	runHostile(t, func(t *testing.T, h *hostile) {
+	runHostileVariants(t, true, func(t *testing.T, h *hostile) {
 		work := t.TempDir()
 		if err := os.Chmod(work, 0o777); err != nil { // any uid may write: the test is who owns what it writes
 			t.Fatal(err)
@@ -403,7 +404,7 @@ func TestSandboxHostilePrivilege(t *testing.T) {
 		}
 
 		script := scriptPrelude + strings.NewReplacer("$N", name, "$PROBE", h.probe).Replace(privilegeScript)
-		r := h.sh(t, name, script)
+		r := h.ownRoot(t, h.sh(t, name, script), "unshare.w")
 		const class = "privilege"
 		wantNoneSucceeded(t, class, r, "uidmap", "unshare.shadow", "unshare.w", "mknod.char", "mknod.block",
 			"mount.bind", "socket.raw_icmp", "dev.kmsg_w", "sys.core_pattern", "sys.drop_caches", "sysrq",

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -36,13 +37,25 @@ import (
 // BusyboxPath is where Debian's busybox-static installs the binary.
 const BusyboxPath = "/bin/busybox"
 
-// busyboxApplets are linked to busybox in the image's /bin.
-var busyboxApplets = []string{"sh", "ls", "cat", "id", "sleep", "stat", "touch", "echo", "true", "false",
-	"env", "mkdir", "rm", "wc", "head", "ps", "kill", "pwd", "dd", "ln", "chmod", "grep", "nc", "wget", "mount", "readlink"}
+// busyboxApplets lists the applets of this machine's busybox (`busybox --list`).
+func busyboxApplets(t testing.TB) []string {
+	t.Helper()
+	out, err := exec.Command(BusyboxPath, "--list").Output()
+	if err != nil {
+		t.Fatalf("busybox --list: %v", err)
+	}
+	var applets []string
+	for _, a := range strings.Fields(string(out)) {
+		if a != "busybox" && !strings.Contains(a, "/") {
+			applets = append(applets, a)
+		}
+	}
+	return applets
+}
 
-// Busybox is the tiny test image: layer 1 holds busybox and its applets in /bin, /etc/passwd
-// and /etc/group (root, app 1000:1000), /home/app owned by 1000:1000, /opt/old and
-// /opt/setuid (mode 4755); layer 2 whites /opt/old out and adds /opt/new. Its config: Env
+// Busybox is the tiny test image: layer 1 holds busybox and links to every applet in /bin,
+// /etc/passwd and /etc/group (root, app 1000:1000), /home/app owned by 1000:1000, /opt/old
+// and /opt/setuid (mode 4755), empty /mnt and /usr/local/bin; layer 2 whites /opt/old out and adds /opt/new. Its config: Env
 // PATH=/bin and IMAGE_VAR=from-image, Cmd [echo, from-cmd], WorkingDir /home/app.
 func Busybox(t testing.TB) v1.Image {
 	t.Helper()
@@ -59,8 +72,10 @@ func Busybox(t testing.TB) v1.Image {
 		{name: "root/", mode: 0o700, typ: tar.TypeDir},
 		{name: "opt/", mode: 0o755, typ: tar.TypeDir}, {name: "opt/old", mode: 0o644, body: []byte("old\n")},
 		{name: "opt/setuid", mode: 0o4755, body: []byte("#!/bin/sh\n")},
+		{name: "mnt/", mode: 0o755, typ: tar.TypeDir}, {name: "usr/", mode: 0o755, typ: tar.TypeDir},
+		{name: "usr/local/", mode: 0o755, typ: tar.TypeDir}, {name: "usr/local/bin/", mode: 0o755, typ: tar.TypeDir},
 	}
-	for _, a := range busyboxApplets {
+	for _, a := range busyboxApplets(t) {
 		l1 = append(l1, tarEntry{name: "bin/" + a, typ: tar.TypeSymlink, link: "busybox"})
 	}
 	l2 := []tarEntry{
