@@ -142,7 +142,7 @@ type ContainerState struct {
 	WorkdirInImage bool `json:"workdir_in_image,omitempty"`
 	// User is the commands' default uid and gid (the image's USER); nil: root. Home is their
 	// HOME ("" : the working directory).
-	User *IDs  `json:"user,omitempty"`
+	User *IDs   `json:"user,omitempty"`
 	Home string `json:"home,omitempty"`
 }
 
