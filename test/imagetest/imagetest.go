@@ -38,7 +38,7 @@ import (
 const BusyboxPath = "/bin/busybox"
 
 // busyboxApplets lists the applets of this machine's busybox (`busybox --list`).
-func busyboxApplets(t testing.TB) []string {
+func busyboxApplets(t TB) []string {
 	t.Helper()
 	out, err := exec.Command(BusyboxPath, "--list").Output()
 	if err != nil {
@@ -57,7 +57,7 @@ func busyboxApplets(t testing.TB) []string {
 // /etc/passwd and /etc/group (root, app 1000:1000), /home/app owned by 1000:1000, /opt/old
 // and /opt/setuid (mode 4755), empty /mnt and /usr/local/bin; layer 2 whites /opt/old out and adds /opt/new. Its config: Env
 // PATH=/bin and IMAGE_VAR=from-image, Cmd [echo, from-cmd], WorkingDir /home/app.
-func Busybox(t testing.TB) v1.Image {
+func Busybox(t TB) v1.Image {
 	t.Helper()
 	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
@@ -92,7 +92,7 @@ func Busybox(t testing.TB) v1.Image {
 }
 
 // withConfig sets img's run config, OS and architecture (this machine's).
-func withConfig(t testing.TB, img v1.Image, c v1.Config) v1.Image {
+func withConfig(t TB, img v1.Image, c v1.Config) v1.Image {
 	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -117,7 +117,7 @@ type tarEntry struct {
 }
 
 // layerOf makes an uncompressed layer of entries (regular files unless typ says otherwise).
-func layerOf(t testing.TB, entries []tarEntry) v1.Layer {
+func layerOf(t TB, entries []tarEntry) v1.Layer {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -147,7 +147,7 @@ func layerOf(t testing.TB, entries []tarEntry) v1.Layer {
 }
 
 // WriteLayout writes img as an OCI image layout directory at dir.
-func WriteLayout(t testing.TB, img v1.Image, dir string) string {
+func WriteLayout(t TB, img v1.Image, dir string) string {
 	t.Helper()
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
@@ -170,7 +170,7 @@ func WriteOCIArchive(t testing.TB, img v1.Image, file string) string {
 }
 
 // WriteDockerArchive writes img as `docker save` does at file.
-func WriteDockerArchive(t testing.TB, img v1.Image, file string) string {
+func WriteDockerArchive(t TB, img v1.Image, file string) string {
 	t.Helper()
 	tag, err := name.NewTag("airlock.test/busybox:latest")
 	if err != nil {
@@ -193,7 +193,7 @@ func ServeRegistry(t testing.TB, img v1.Image, repo string) string {
 
 // Registry returns an in-process registry's handler holding img as REPO:latest, for a test
 // to serve where its clients are (a namespace of its own, behind TLS).
-func Registry(t testing.TB, img v1.Image, repo string) http.Handler {
+func Registry(t TB, img v1.Image, repo string) http.Handler {
 	t.Helper()
 	h := registry.New(registry.Logger(nilLogger()))
 	srv := httptest.NewServer(h)
@@ -252,3 +252,11 @@ func tarDir(dir, file string) error {
 func goarch() string { return runtime.GOARCH }
 
 func nilLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// TB is what the builders need of a test: testing.TB has it, and so can a tool that builds
+// the images outside a test (tools/bench: Fatal then ends its run).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
