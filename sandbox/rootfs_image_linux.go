@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,9 @@ func writeImageBundle(st *State) error {
 		return err
 	}
 	if err := resolveImageUser(c); err != nil {
+		return errors.Join(err, unmountImageRootfs(st))
+	}
+	if err := prepareEtcMountPoints(c); err != nil {
 		return errors.Join(err, unmountImageRootfs(st))
 	}
 	if err := writeImageEtc(st, filepath.Join(c.Bundle, "etc")); err != nil {
@@ -205,6 +209,59 @@ func writeImageEtc(st *State, dir string) error {
 	for name, content := range files {
 		if err := writeFileReplace(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// prepareEtcMountPoints makes the image's /etc/hosts, hostname and resolv.conf plain files
+// and /etc/airlock a directory, in the sandbox's upper layer, for airlock's files to be bound
+// onto: an image's link there (resolv.conf -> /proc/sys/kernel/core_pattern, hosts ->
+// ../../etc/shadow) would otherwise have the runtime mount where the link points. An image
+// whose /etc is itself a link, or where one of them is a directory, is refused.
+func prepareEtcMountPoints(c *ContainerState) error {
+	root, err := unix.Open(imageRootfs(c), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the image's root: %w", err)
+	}
+	defer unix.Close(root)
+	if err := unix.Mkdirat(root, "etc", 0o755); err == nil {
+		_ = unix.Fchownat(root, "etc", int(c.IDBase), int(c.IDBase), unix.AT_SYMLINK_NOFOLLOW)
+	}
+	etc, err := unix.Openat(root, "etc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the image's /etc is not a directory (a link?): %w", err)
+	}
+	defer unix.Close(etc)
+	for _, name := range append(slices.Clone(imageEtcFiles), "airlock") {
+		var st unix.Stat_t
+		err := unix.Fstatat(etc, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		isDir := err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+		switch {
+		case err == nil && name == "airlock" && isDir, err == nil && name != "airlock" && st.Mode&unix.S_IFMT == unix.S_IFREG:
+			continue
+		case err == nil && isDir:
+			return fmt.Errorf("the image's /etc/%s is a directory", name)
+		case err == nil:
+			if err := unix.Unlinkat(etc, name, 0); err != nil {
+				return fmt.Errorf("replace the image's /etc/%s: %w", name, err)
+			}
+		case !errors.Is(err, unix.ENOENT):
+			return fmt.Errorf("the image's /etc/%s: %w", name, err)
+		}
+		if name == "airlock" {
+			err = unix.Mkdirat(etc, name, 0o755)
+		} else {
+			var fd int
+			if fd, err = unix.Openat(etc, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644); err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err == nil {
+			err = unix.Fchownat(etc, name, int(c.IDBase), int(c.IDBase), unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return fmt.Errorf("create /etc/%s in the image's root: %w", name, err)
 		}
 	}
 	return nil

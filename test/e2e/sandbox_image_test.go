@@ -165,3 +165,35 @@ func countEntries(t *testing.T, dir string) int {
 	}
 	return len(entries)
 }
+
+// TestSandboxImageEtcLinks: an image whose /etc/resolv.conf, hosts, hostname and airlock are
+// links out of it (to the kernel's core_pattern, the host's shadow) still gets airlock's files
+// there, and the host's files and the kernel setting stay as they were.
+func TestSandboxImageEtcLinks(t *testing.T) {
+	e := newSandboxEnv(t)
+	ref := imagetest.WriteLayout(t, imagetest.BusyboxEtcLinks(t), filepath.Join(t.TempDir(), "etclinks"))
+	before := map[string][]byte{}
+	for _, p := range []string{"/proc/sys/kernel/core_pattern", "/etc/shadow", "/etc/passwd"} {
+		before[p], _ = os.ReadFile(p)
+	}
+	name := e.name("etcl")
+	e.createImage(t, name, ref)
+	r := e.sh(t, name, `for f in resolv.conf hosts hostname; do [ -L /etc/$f ] && echo "link $f"; done; `+
+		`cat /etc/resolv.conf /etc/hostname; test -f /etc/airlock/env && echo env-file`)
+	if r.Code != 0 {
+		t.Fatalf("inside: %s", r)
+	}
+	for _, want := range []string{"nameserver ", name + "\n", "env-file\n"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("inside the sandbox of an image with links in /etc: no %q in\n%s", want, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "link ") {
+		t.Errorf("the image's links are still there, under airlock's files:\n%s", r.Stdout)
+	}
+	for p, b := range before {
+		if now, _ := os.ReadFile(p); string(now) != string(b) {
+			t.Errorf("the host's %s changed while a sandbox of an image linking to it was created", p)
+		}
+	}
+}

@@ -260,3 +260,23 @@ type TB interface {
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
 }
+
+// BusyboxEtcLinks is Busybox with a third layer where the /etc files airlock binds its own
+// over are links out of the image: resolv.conf -> /proc/sys/kernel/core_pattern, hosts ->
+// ../../../../etc/shadow, hostname -> /etc/passwd, airlock -> /tmp. A hostile image: a
+// runtime that followed them would mount airlock's files onto the host's or the kernel's.
+func BusyboxEtcLinks(t TB) v1.Image {
+	t.Helper()
+	l3 := []tarEntry{
+		{name: "etc/", mode: 0o755, typ: tar.TypeDir},
+		{name: "etc/resolv.conf", typ: tar.TypeSymlink, link: "/proc/sys/kernel/core_pattern"},
+		{name: "etc/hosts", typ: tar.TypeSymlink, link: "../../../../etc/shadow"},
+		{name: "etc/hostname", typ: tar.TypeSymlink, link: "/etc/passwd"},
+		{name: "etc/airlock", typ: tar.TypeSymlink, link: "/tmp"},
+	}
+	img, err := mutate.AppendLayers(Busybox(t), layerOf(t, l3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
