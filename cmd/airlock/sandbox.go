@@ -185,6 +185,11 @@ Limits apply without flags (memory 2G, pids 1024), on pure cgroup v2 and hybrid 
 --mount SRC:DST[:ro|rw] shows a host path inside, read-only unless rw; what the sandbox writes
 there is owned by its mapped uid (printed on the container line). --network none gives it
 loopback only: no veth, no sidecar, no DNS, the kernel programs attached with nothing allowed.
+--image REF builds the root from an image instead (an OCI layout directory, an OCI or
+docker-save tarball, or a registry reference, pulled once): its layers are verified, unpacked
+once into the state directory's cache and shared read-only, the sandbox writes its own upper
+layer, the image's owners show inside (idmapped layers), and its USER, Env and WorkingDir
+apply to every exec; airlock's /etc/hosts, hostname, resolv.conf and /etc/airlock win.
 
 Inside, /etc/resolv.conf points at the sidecar's DNS filter and /etc/airlock/env (the env
 file) sets HTTP_PROXY, HTTPS_PROXY, NO_PROXY, the CA bundle variables (SSL_CERT_FILE,
@@ -323,7 +328,8 @@ runtime, which passes signals on. (With --ephemeral it waits for it instead.)
 --no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
 --ephemeral creates sandbox NAME first (taking the create flags) and deletes it afterwards:
-one sandbox per command (the per_tool mode).`
+one sandbox per command (the per_tool mode). With --ephemeral --image REF the command runs
+after the image's Entrypoint, and without a command the image's Cmd does (docker run IMAGE).`
 
 func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)

@@ -173,7 +173,7 @@ func extractLayout(file, dir string) error {
 		if hdr.Typeflag == tar.TypeDir && (p == "." || p == "blobs" || strings.Count(p, "/") == 1 && strings.HasPrefix(p, "blobs/")) {
 			continue
 		}
-		if !layoutFile(p) || (hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA) {
+		if !layoutFile(p) || hdr.Typeflag != tar.TypeReg {
 			return fmt.Errorf("entry %q: an OCI archive holds oci-layout, index.json and blobs/ALG/HEX files only", hdr.Name)
 		}
 		dst := filepath.Join(dir, filepath.FromSlash(p))

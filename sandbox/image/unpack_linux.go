@@ -89,7 +89,7 @@ func applyEntry(rootFd int, hdr *tar.Header, body io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		return makeDir(parent, base, hdr)
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // the reader turns the old TypeRegA into TypeReg
 		return writeFile(parent, base, hdr, body)
 	case tar.TypeSymlink:
 		if err := removeEntry(parent, base); err != nil {
