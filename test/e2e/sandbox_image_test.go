@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/test/imagetest"
+	"github.com/airlock-dev/airlock/test/privtest"
 )
 
 // Sandboxes of images (`sandbox create --image`, `exec --ephemeral --image`): the tiny
@@ -127,18 +128,20 @@ func TestSandboxImageEphemeral(t *testing.T) {
 	dir := t.TempDir()
 	img := imagetest.Busybox(t)
 	cases := []struct {
-		name, ref string
-		cmd       []string
-		want      string
+		name, ref, runtime string
+		cmd                []string
+		want               string
 	}{
-		{"oci archive, image's Cmd", imagetest.WriteOCIArchive(t, img, filepath.Join(dir, "oci.tar")), nil, "from-cmd\n"},
-		{"docker archive, a command", imagetest.WriteDockerArchive(t, img, filepath.Join(dir, "docker.tar")), []string{"sh", "-c", "cat /opt/new; pwd; id -u"}, "new\n/home/app\n0\n"},
-		{"registry", e.serveRegistry(t), []string{"cat", "/opt/new"}, "new\n"},
+		{"oci archive, image's Cmd", imagetest.WriteOCIArchive(t, img, filepath.Join(dir, "oci.tar")), "runc", nil, "from-cmd\n"},
+		{"docker archive, a command", imagetest.WriteDockerArchive(t, img, filepath.Join(dir, "docker.tar")), "runc", []string{"sh", "-c", "cat /opt/new; pwd; id -u"}, "new\n/home/app\n0\n"},
+		{"registry", e.serveRegistry(t), "runc", []string{"cat", "/opt/new"}, "new\n"},
+		{"layout, crun", imagetest.WriteLayout(t, img, filepath.Join(dir, "layout")), "crun", []string{"sh", "-c", "stat -c %u:%g /home/app; cat /opt/new"}, "1000:1000\nnew\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			privtest.Require(t, tc.runtime)
 			name := e.name("eph")
-			args := append([]string{"sandbox", "exec", "--ephemeral", "--image", tc.ref}, e.createArgs()...)
+			args := append([]string{"sandbox", "exec", "--ephemeral", "--image", tc.ref, "--runtime", tc.runtime}, e.createArgs()...)
 			args = append(append(args, name), tc.cmd...)
 			if len(tc.cmd) > 0 {
 				args = append(append(args[:len(args)-len(tc.cmd)], "--"), tc.cmd...)
