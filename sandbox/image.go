@@ -37,4 +37,7 @@ type ImageSource interface {
 	// Release drops owner's pin and removes the layers no other sandbox holds; a missing pin
 	// is not an error.
 	Release(owner string) error
+	// Prune removes the layers no sandbox pins (pins whose owner is gone hold none) and says
+	// how many.
+	Prune() (int, error)
 }

@@ -370,7 +370,7 @@ type ReapResult struct {
 // half-created or half-deleted (a crashed create or delete: the store lock proves nobody is
 // still working on them) and those whose supervisor is gone. It also removes cgroups that no
 // state file names from the cgroup parents this store's sandboxes use, and uid range claims
-// whose sandbox's state file is gone.
+// whose sandbox's state file is gone, and image layers no sandbox pins.
 func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResult, error) {
 	unlock, err := m.Store.Lock()
 	if err != nil {
@@ -387,6 +387,11 @@ func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResu
 	out = append(out, m.reapStrayCgroups(ctx, states)...)
 	for _, claim := range m.ops().StrayIDClaims(m.Store.Dir) {
 		out = append(out, ReapResult{Name: filepath.Base(claim), Reason: "uid range claim " + claim + " without a state file", Err: m.ops().ReleaseIDRange(claim)})
+	}
+	if m.Images != nil { // layers only sandboxes whose state file is gone held
+		if n, err := m.Images.Prune(); n > 0 || err != nil {
+			out = append(out, ReapResult{Name: "images", Reason: fmt.Sprintf("%d image layers no sandbox uses", n), Err: err})
+		}
 	}
 	return out, listErr
 }
