@@ -55,16 +55,24 @@ func (m *Manager) checkUserns(context.Context, DoctorOptions) Check {
 	return pass(fmt.Sprintf("max %s; sandbox uid/gid ranges of %d from %d, %d in use", strings.TrimSpace(string(data)), IDRangeSize, uint64(DefaultIDBase), len(claims)))
 }
 
-// checkOverlay checks the kernel has overlayfs (images, in part 2 of the container work).
+// checkOverlay checks what sandboxes of an image (create --image) need: overlayfs, and
+// idmapped mounts on the state directory's filesystem (where the layer cache lives).
 func (m *Manager) checkOverlay(context.Context, DoctorOptions) Check {
 	data, err := os.ReadFile("/proc/filesystems")
 	if err != nil {
 		return warn(err.Error(), "")
 	}
 	if !bytes.Contains(data, []byte("\toverlay\n")) {
-		return warn("overlayfs is not in /proc/filesystems", "modprobe overlay")
+		return warn("overlayfs is not in /proc/filesystems: create --image cannot work", "modprobe overlay")
 	}
-	return pass("overlay in /proc/filesystems")
+	if m.Store == nil {
+		return pass("overlay in /proc/filesystems")
+	}
+	if err := probeIdmap(m.Store.StateRoot); err != nil {
+		return warn(fmt.Sprintf("overlay in /proc/filesystems, but %v: create --image cannot work", err),
+			"put the state directory on ext4, xfs or btrfs (kernel 5.12+; overlayfs over idmapped layers needs 5.19+)")
+	}
+	return pass("overlay in /proc/filesystems; idmapped mounts work on the state directory (create --image)")
 }
 
 // checkCgroupLayout says where the limits of a sandbox will be: v2, or the v1 memory and pids

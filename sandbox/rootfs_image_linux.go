@@ -155,6 +155,29 @@ func idmappedBind(dir, dst string, usernsFd int) error {
 	return nil
 }
 
+// probeIdmap mounts an idmapped view of a scratch directory under stateRoot and removes it:
+// whether the layer cache's filesystem can give sandboxes the image's owners.
+func probeIdmap(stateRoot string) error {
+	dir, err := os.MkdirTemp(stateRoot, ".idmap-probe-")
+	if err != nil {
+		return fmt.Errorf("idmapped mount probe: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	userns, err := usernsOf(DefaultIDBase)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		return fmt.Errorf("idmapped mount probe: %w", err)
+	}
+	if err := idmappedBind(src, dst, int(userns.Fd())); err != nil {
+		return err
+	}
+	return unix.Unmount(dst, unix.MNT_DETACH)
+}
+
 // unstageLowers detaches the staged layer views: the overlay holds its own references.
 func unstageLowers(c *ContainerState) {
 	entries, _ := os.ReadDir(lowerStage(c))
