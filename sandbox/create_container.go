@@ -140,7 +140,11 @@ func (m *Manager) claimAndBundle(ctx context.Context, c *creation) error {
 // idsAndLimits is the uid range and limits part of the container step's line.
 func idsAndLimits(st *State) string {
 	base := st.Container.IDBase
-	return fmt.Sprintf("uid/gid 0-%d -> %d-%d, %s", IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(st.Container))
+	s := fmt.Sprintf("uid/gid 0-%d -> %d-%d, %s", IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(st.Container))
+	if img := st.Container.Image; img != nil {
+		s += fmt.Sprintf(", image %s (%s: %d layers, %d unpacked now)", img.Ref, img.Digest, len(img.Layers), img.Unpacked)
+	}
+	return s
 }
 
 // OnceProcess is the one command of a container created with it (CreateOptions.OnceProcess).
