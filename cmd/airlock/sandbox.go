@@ -348,6 +348,9 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}
+	if c.image != "" && !*ephemeral {
+		return cli.Failf("sandbox exec: --image needs --ephemeral (a running sandbox has its image; give it to sandbox create)")
+	}
 	// An ephemeral sandbox of an image may run the image's own command (Entrypoint, Cmd).
 	imageCmd := *ephemeral && c.image != ""
 	if len(rest) < 1 || (len(rest) < 2 && !imageCmd) {
