@@ -134,6 +134,8 @@ type ContainerState struct {
 	Workdir string   `json:"workdir"`
 	TmpSize int64    `json:"tmp_size"`
 	Mounts  []Mount  `json:"mounts,omitempty"`
+	// Disk holds /tmp and the working directory in place of the tmpfs (--disk), or is nil.
+	Disk *DiskState `json:"disk,omitempty"`
 }
 
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.

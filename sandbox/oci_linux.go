@@ -118,7 +118,7 @@ func containerMounts(c *ContainerState, view rootView) []specs.Mount {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOpts},
+		writableMount(c, "/tmp", diskTmp, tmpOpts),
 	}
 	for _, d := range view.sys {
 		ms = append(ms, roBind("/"+d, "/"+d))
@@ -131,7 +131,7 @@ func containerMounts(c *ContainerState, view rootView) []specs.Mount {
 		workdirMounted = workdirMounted || m.Dest == c.Workdir
 	}
 	if !workdirMounted {
-		ms = append(ms, specs.Mount{Destination: c.Workdir, Type: "tmpfs", Source: "tmpfs", Options: tmpOpts})
+		ms = append(ms, writableMount(c, c.Workdir, diskWork, tmpOpts))
 	}
 	// Parents before children: a mount under the working directory lands on its tmpfs.
 	user := slices.Clone(c.Mounts)
