@@ -69,6 +69,7 @@ func ociSpec(st *State, view rootView) (*specs.Spec, error) {
 	if c.SelfCgroups {
 		spec.Linux.CgroupsPath, spec.Linux.Resources = "", nil
 	}
+	runscSpec(c, spec)
 	sc, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("default seccomp profile: %w", err)

@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// gVisor's runsc (--runtime runsc) runs the container on its own kernel in user space, the
+// Sentry, and serves it files through its Gofer. airlock runs it so that it keeps what a
+// runc sandbox has:
+//
+//   - the network: --network=host, the Sentry's sockets are the kernel's, in the sandbox's
+//     network namespace (runsc is started in it) and in its cgroup (cloned into it, with
+//     --ignore-cgroups), so the eBPF programs, the DNS filter and the transparent redirect
+//     meet them. gVisor's own network stack would bypass the cgroup programs: it sends
+//     through a packet socket.
+//   - the uid: runsc runs as the sandbox's host uid (its range's first, IDBase), not as root,
+//     with --rootless: it makes a user namespace in which that uid is root, and the Gofer
+//     writes as it. (Run as root, this snapshot either gives the Gofer the host's root, so a
+//     file the sandbox makes setuid on an rw --mount is a setuid-root file on the host, or,
+//     with the spec's user namespace, fails: "error setting up chroot: error converting
+//     mounts: operation not permitted", its sandbox process starting in the namespace as an
+//     unmapped uid without capabilities.) Only that one uid is mapped: --user is 0.
+//   - the limits: airlock places the processes in the v1 limit cgroups (SelfCgroups).
+
+// isRunsc reports whether rt is gVisor's runsc.
+func isRunsc(rt string) bool { return filepath.Base(rt) == "runsc" }
+
+// planRunsc sets how c runs when its runtime is runsc: rootless, with the host network of the
+// sandbox's namespace, airlock placing it in its cgroups, its state in the bundle (which the
+// sandbox's uid can reach, unlike the state directory).
+func planRunsc(c *ContainerState) {
+	if !isRunsc(c.Runtime) {
+		return
+	}
+	c.Rootless, c.SelfCgroups = true, true
+	c.Root = filepath.Join(c.Bundle, "runsc")
+	c.Global = []string{"--rootless", "--network=host", "--ignore-cgroups"}
+}
+
+// runscSpec adapts spec to runsc's rootless mode: its user namespace maps the one uid and gid
+// runsc runs as (root in the namespace runsc makes) to the container's root.
+func runscSpec(c *ContainerState, spec *specs.Spec) {
+	if !c.Rootless {
+		return
+	}
+	one := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 1}}
+	spec.Linux.UIDMappings, spec.Linux.GIDMappings = one, one
+}
+
+// runAs is the host uid c's runtime runs as: the sandbox's own for a rootless runtime, else
+// 0 (root).
+func runAs(c *ContainerState) uint32 {
+	if c.Rootless {
+		return c.IDBase
+	}
+	return 0
+}
+
+// shareWithRuntime gives a rootless runtime what it must open as the sandbox's uid: its state
+// directory and the bundle's config.json (written by root, 0600).
+func shareWithRuntime(c *ContainerState) error {
+	if !c.Rootless {
+		return nil
+	}
+	id := int(c.IDBase)
+	if err := os.MkdirAll(c.Root, 0o700); err != nil {
+		return fmt.Errorf("create runtime root %s: %w", c.Root, err)
+	}
+	for _, p := range []string{c.Root, filepath.Join(c.Bundle, "config.json")} {
+		if err := os.Lchown(p, id, id); err != nil {
+			return fmt.Errorf("give %s to the sandbox's uid: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// becomeUID makes this process uid (and its gid, no supplementary groups) before it execs a
+// rootless runtime; 0 does nothing.
+func becomeUID(uid uint32) error {
+	if uid == 0 {
+		return nil
+	}
+	err := errors.Join(unix.Setgroups(nil), unix.Setresgid(int(uid), int(uid), int(uid)), unix.Setresuid(int(uid), int(uid), int(uid)))
+	if err != nil {
+		return fmt.Errorf("become uid %d: %w", uid, err)
+	}
+	return nil
+}
+
+// checkExecUser refuses ids other than root's for a rootless runtime, which maps only one.
+func checkExecUser(c *ContainerState, uid, gid int) error {
+	if c.Rootless && (uid > 0 || gid > 0) {
+		return fmt.Errorf("--user %d:%d: --runtime %s maps only the sandbox's root (uid 0)", uid, gid, filepath.Base(c.Runtime))
+	}
+	return nil
+}
