@@ -131,6 +131,9 @@ func (m *Manager) claimAndBundle(c *creation) error {
 // idsAndLimits is the uid range and limits part of the container step's line.
 func idsAndLimits(st *State) string {
 	base := st.Container.IDBase
+	if st.Container.Rootless {
+		return fmt.Sprintf("rootless, uid/gid 0 -> %d (the range's first; only root is mapped), %s", base, st.Limits.describe(st.Container))
+	}
 	return fmt.Sprintf("uid/gid 0-%d -> %d-%d, %s", IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(st.Container))
 }
 

@@ -100,3 +100,8 @@ func checkExecUser(c *ContainerState, uid, gid int) error {
 	}
 	return nil
 }
+
+// CreatesOnce reports whether runtime can create a container with its one command, to be
+// started later (CreateOptions.OnceProcess): runsc's rootless mode has no `create`, only
+// `run` (OnceCommand).
+func CreatesOnce(runtime string) bool { return !isRunsc(runtime) }

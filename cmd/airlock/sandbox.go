@@ -365,7 +365,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		// Without a terminal the runtime creates the container with the command while the
 		// sidecar starts; with one, the command starts it (runInSandbox).
 		var once *sandbox.OnceProcess
-		if !term.IsTerminal(int(os.Stdin.Fd())) {
+		if !term.IsTerminal(int(os.Stdin.Fd())) && sandbox.CreatesOnce(c.runtime) {
 			once = &sandbox.OnceProcess{Argv: argv, Exec: o, Stdio: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}}
 		}
 		remove, err := createEphemeral(m, c, name, once, stderr)
