@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -79,9 +80,11 @@ func TestDiskOnHost(t *testing.T) {
 	}
 	st.Container.Disk = d
 	t.Cleanup(func() { _ = releaseDisk(d) })
+	began := time.Now()
 	if err := makeDisk(st); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("made a %s disk in %s", formatBytes(d.Size), time.Since(began))
 	if !strings.HasPrefix(d.Loop, "/dev/loop") || backingFile(d.Loop) != d.Image {
 		t.Fatalf("loop device %q backs %q, want %s", d.Loop, backingFile(d.Loop), d.Image)
 	}
@@ -120,9 +123,11 @@ func TestDiskOnHost(t *testing.T) {
 	if after := allocated(t, d.Image); after != before {
 		t.Errorf("image allocation went from %d to %d bytes: the host paid for the write", before, after)
 	}
+	began = time.Now()
 	if err := releaseDisk(d); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("released it in %s", time.Since(began))
 	wantReleased(t, d)
 	if err := releaseDisk(d); err != nil {
 		t.Errorf("second release: %v", err)
