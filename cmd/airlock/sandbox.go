@@ -93,7 +93,7 @@ func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	fs.IntVar(&c.pids, "pids", sandbox.DefaultPids, "task limit")
 	fs.StringVar(&c.tmpSize, "tmp-size", "512M", "size cap of the private /tmp and of the working directory (each a tmpfs)")
 	fs.StringVar(&c.disk, "disk", "", "put /tmp and the working directory on a disk of their own of this size (e.g. 10G): a hard cap on all the sandbox writes outside its rw mounts, reserved on the host at create (ext4 image in the state directory on a loop device); default: a tmpfs of --tmp-size each")
-	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | PATH")
+	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | runsc (gVisor) | PATH")
 	fs.Var(&c.mounts, "mount", "show host path SRC at DST inside, `SRC:DST[:ro|rw]`, read-only unless rw (repeatable)")
 	fs.StringVar(&c.workdir, "workdir", sandbox.DefaultWorkdir, "the commands' working directory inside: a private tmpfs, or a --mount at the same path")
 	fs.StringVar(&c.network, "network", "", "none: loopback only (no veth, no sidecar, no DNS); default: the sidecar's network")
