@@ -48,7 +48,9 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 	if st.Container.Disk, err = planDisk(o.Disk, st); err != nil {
 		return err
 	}
-	planRunsc(st.Container)
+	if err := planRunsc(st.Container); err != nil {
+		return err
+	}
 	if filepath.Base(rt) == "crun" && m.ops().HybridCgroups() {
 		st.Container.SelfCgroups, st.Container.Global = true, []string{"--cgroup-manager=disabled"}
 	}

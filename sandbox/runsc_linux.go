@@ -34,13 +34,14 @@ func isRunsc(rt string) bool { return filepath.Base(rt) == "runsc" }
 // planRunsc sets how c runs when its runtime is runsc: rootless, with the host network of the
 // sandbox's namespace, airlock placing it in its cgroups, its state in the bundle (which the
 // sandbox's uid can reach, unlike the state directory).
-func planRunsc(c *ContainerState) {
+func planRunsc(c *ContainerState) error {
 	if !isRunsc(c.Runtime) {
-		return
+		return nil
 	}
 	c.Rootless, c.SelfCgroups = true, true
 	c.Root = filepath.Join(c.Bundle, "runsc")
 	c.Global = []string{"--rootless", "--network=host", "--ignore-cgroups"}
+	return checkMountsReachable(c)
 }
 
 // runscSpec adapts spec to runsc's rootless mode: its user namespace maps the one uid and gid
@@ -105,3 +106,51 @@ func checkExecUser(c *ContainerState, uid, gid int) error {
 // started later (CreateOptions.OnceProcess): runsc's rootless mode has no `create`, only
 // `run` (OnceCommand).
 func CreatesOnce(runtime string) bool { return !isRunsc(runtime) }
+
+// checkMountsReachable refuses a --mount whose source a rootless runtime, running as an
+// unprivileged uid of no group of the host's, could not open: every directory on the way must
+// be searchable by others, and the source readable by them. (runc and crun open the sources
+// as root; runsc's sandbox would otherwise fail to start with "cannot read client sync file".)
+func checkMountsReachable(c *ContainerState) error {
+	if !c.Rootless {
+		return nil
+	}
+	for _, m := range c.Mounts {
+		if err := reachableByOthers(m.Source); err != nil {
+			return fmt.Errorf("--mount %s:%s: --runtime %s runs as the sandbox's unprivileged uid, which cannot reach it: %w (chmod o+x the directories, o+r the source)",
+				m.Source, m.Dest, filepath.Base(c.Runtime), err)
+		}
+	}
+	return nil
+}
+
+// reachableByOthers checks path's directories are searchable, and path readable (and
+// searchable, a directory), by a uid that owns none of them.
+func reachableByOthers(path string) error {
+	dir := filepath.Dir(path)
+	for {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return err
+		}
+		if st.Mode&0o001 == 0 {
+			return fmt.Errorf("%s is mode %04o, owner %d", dir, st.Mode&0o7777, st.Uid)
+		}
+		if dir == "/" {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return err
+	}
+	want := uint32(0o004)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		want |= 0o001
+	}
+	if st.Mode&want != want {
+		return fmt.Errorf("%s is mode %04o, owner %d", path, st.Mode&0o7777, st.Uid)
+	}
+	return nil
+}

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +14,10 @@ import (
 func TestRunscPlan(t *testing.T) {
 	st := testState()
 	st.Container.Runtime, st.Container.Bundle = "/usr/bin/runsc", "/run/airlock/bundles/x-sb"
-	planRunsc(st.Container)
+	st.Container.Mounts = nil
+	if err := planRunsc(st.Container); err != nil {
+		t.Fatal(err)
+	}
 	c := st.Container
 	if !c.Rootless || !c.SelfCgroups || c.Root != "/run/airlock/bundles/x-sb/runsc" {
 		t.Errorf("plan: rootless %v self-cgroups %v root %q", c.Rootless, c.SelfCgroups, c.Root)
@@ -45,8 +50,40 @@ func TestRunscPlan(t *testing.T) {
 
 	rc := testState()
 	rc.Container.Runtime = "/usr/sbin/runc"
-	planRunsc(rc.Container)
+	if err := planRunsc(rc.Container); err != nil {
+		t.Fatal(err)
+	}
 	if rc.Container.Rootless || runAs(rc.Container) != 0 || checkExecUser(rc.Container, 1000, 1000) != nil {
 		t.Errorf("runc: rootless %v, runs as %d", rc.Container.Rootless, runAs(rc.Container))
+	}
+}
+
+// runsc, running as an unprivileged uid, is refused a --mount it could not reach, by name.
+func TestRunscMountsReachable(t *testing.T) {
+	open, closed := t.TempDir(), t.TempDir()
+	for _, d := range []string{open, filepath.Dir(open)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	inner := filepath.Join(closed, "x")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &ContainerState{Runtime: "/usr/bin/runsc", Bundle: "/run/airlock/bundles/x-sb", Mounts: []Mount{{Source: open, Dest: "/a"}}}
+	if err := planRunsc(c); err != nil {
+		t.Errorf("a world-reachable mount: %v", err)
+	}
+	c.Mounts = append(c.Mounts, Mount{Source: inner, Dest: "/b", Writable: true})
+	err := planRunsc(c)
+	if err == nil || !strings.Contains(err.Error(), "--mount "+inner+":/b") || !strings.Contains(err.Error(), closed+" is mode 0700") {
+		t.Errorf("a mount under a 0700 directory: %v, want a refusal naming it and the directory", err)
+	}
+	c.Runtime, c.Rootless = "/usr/sbin/runc", false
+	if err := planRunsc(c); err != nil {
+		t.Errorf("runc opens its sources as root: %v", err)
 	}
 }
