@@ -48,7 +48,7 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 	if st.Container.Disk, err = planDisk(o.Disk, st); err != nil {
 		return err
 	}
-	if err := planRunsc(st.Container); err != nil {
+	if err := planRunsc(st.Container, st.Limits.Pids); err != nil {
 		return err
 	}
 	if filepath.Base(rt) == "crun" && m.ops().HybridCgroups() {

@@ -31,12 +31,20 @@ import (
 // isRunsc reports whether rt is gVisor's runsc.
 func isRunsc(rt string) bool { return filepath.Base(rt) == "runsc" }
 
+// runscMinPids is the smallest --pids runsc gets: its sandbox, Gofer and Sentry are some 65
+// host tasks before the first process inside, and each process inside adds about 15 more (the
+// ptrace platform's stubs and tracers), all counted by the pids controller.
+const runscMinPids = 256
+
 // planRunsc sets how c runs when its runtime is runsc: rootless, with the host network of the
 // sandbox's namespace, airlock placing it in its cgroups, its state in the bundle (which the
-// sandbox's uid can reach, unlike the state directory).
-func planRunsc(c *ContainerState) error {
+// sandbox's uid can reach, unlike the state directory). pids is --pids (0: the default).
+func planRunsc(c *ContainerState, pids int) error {
 	if !isRunsc(c.Runtime) {
 		return nil
+	}
+	if pids != 0 && pids < runscMinPids {
+		return fmt.Errorf("--pids %d: --runtime runsc needs at least %d (its own host tasks count: some 65 at start, about 15 per process inside)", pids, runscMinPids)
 	}
 	c.Rootless, c.SelfCgroups = true, true
 	c.Root = filepath.Join(c.Bundle, "runsc")

@@ -15,7 +15,7 @@ func TestRunscPlan(t *testing.T) {
 	st := testState()
 	st.Container.Runtime, st.Container.Bundle = "/usr/bin/runsc", "/run/airlock/bundles/x-sb"
 	st.Container.Mounts = nil
-	if err := planRunsc(st.Container); err != nil {
+	if err := planRunsc(st.Container, 0); err != nil {
 		t.Fatal(err)
 	}
 	c := st.Container
@@ -44,13 +44,16 @@ func TestRunscPlan(t *testing.T) {
 	if err := checkExecUser(c, 1000, 0); err == nil || !strings.Contains(err.Error(), "maps only the sandbox's root") {
 		t.Errorf("exec --user 1000 under runsc: %v", err)
 	}
+	if err := planRunsc(&ContainerState{Runtime: "runsc"}, 64); err == nil || !strings.Contains(err.Error(), "at least 256") {
+		t.Errorf("--pids 64 under runsc: %v, want a refusal naming the minimum", err)
+	}
 	if CreatesOnce("/usr/bin/runsc") || !CreatesOnce("runc") || !CreatesOnce("crun") {
 		t.Error("CreatesOnce: want false for runsc only")
 	}
 
 	rc := testState()
 	rc.Container.Runtime = "/usr/sbin/runc"
-	if err := planRunsc(rc.Container); err != nil {
+	if err := planRunsc(rc.Container, 64); err != nil {
 		t.Fatal(err)
 	}
 	if rc.Container.Rootless || runAs(rc.Container) != 0 || checkExecUser(rc.Container, 1000, 1000) != nil {
@@ -74,16 +77,16 @@ func TestRunscMountsReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &ContainerState{Runtime: "/usr/bin/runsc", Bundle: "/run/airlock/bundles/x-sb", Mounts: []Mount{{Source: open, Dest: "/a"}}}
-	if err := planRunsc(c); err != nil {
+	if err := planRunsc(c, 0); err != nil {
 		t.Errorf("a world-reachable mount: %v", err)
 	}
 	c.Mounts = append(c.Mounts, Mount{Source: inner, Dest: "/b", Writable: true})
-	err := planRunsc(c)
+	err := planRunsc(c, 0)
 	if err == nil || !strings.Contains(err.Error(), "--mount "+inner+":/b") || !strings.Contains(err.Error(), closed+" is mode 0700") {
 		t.Errorf("a mount under a 0700 directory: %v, want a refusal naming it and the directory", err)
 	}
 	c.Runtime, c.Rootless = "/usr/sbin/runc", false
-	if err := planRunsc(c); err != nil {
+	if err := planRunsc(c, 0); err != nil {
 		t.Errorf("runc opens its sources as root: %v", err)
 	}
 }
