@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -226,4 +227,17 @@ func writableMount(c *ContainerState, dest, sub string, tmpOpts []string) specs.
 	}
 	return specs.Mount{Destination: dest, Type: "bind", Source: filepath.Join(c.Disk.Mount, sub),
 		Options: []string{"rbind", "nosuid", "nodev"}}
+}
+
+// checkDisk checks what --disk needs: loop devices and mkfs.ext4. Without them only --disk
+// fails, so it warns.
+func (m *Manager) checkDisk(context.Context, DoctorOptions) Check {
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return warn("--disk: no /dev/loop-control: "+err.Error(), "modprobe loop")
+	}
+	mkfs, err := findTool("mkfs.ext4", "e2fsprogs")
+	if err != nil {
+		return warn("--disk: "+err.Error(), "apt-get install e2fsprogs")
+	}
+	return pass("--disk: loop devices, " + mkfs)
 }
