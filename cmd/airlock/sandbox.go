@@ -263,7 +263,7 @@ func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	ct := st.Container
 	fmt.Fprintf(stdout, `
   run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
-  container:       %[10]s, uid/gid 0-65535 inside = %[11]d-%[12]d outside, workdir %[13]s
+  container:       %[10]s, %[11]s, workdir %[13]s
   limits:          memory %[14]d bytes, pids %[15]d, cpu %[16]s, %[17]s
   env file:        %[2]s (inside: %[18]s)
   CA bundle:       %[3]s (inside: %[19]s)
@@ -272,11 +272,20 @@ func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
   sidecar log:     %[8]s
   remove:          airlock sandbox delete%[9]s %[1]s
 `, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd,
-		ct.Runtime, ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1, ct.Workdir,
+		ct.Runtime, idRange(ct), "" /* %[12] unused */, ct.Workdir,
 		st.Limits.Memory, st.Limits.Pids, cpuLimit(st.Limits.CPU), writableLimit(ct), sandbox.InsideEnvFile, sandbox.InsideCABundle)
 	if st.Network == sandbox.NetworkNone {
 		fmt.Fprintln(stdout, "  network:         none (loopback only, no sidecar, no DNS)")
 	}
+}
+
+// idRange is the ids line of the created container: its range, or for a rootless runtime
+// (runsc) the one id mapped.
+func idRange(ct *sandbox.ContainerState) string {
+	if ct.Rootless {
+		return fmt.Sprintf("uid/gid 0 inside = %d outside (rootless: only root is mapped)", ct.IDBase)
+	}
+	return fmt.Sprintf("uid/gid 0-65535 inside = %d-%d outside", ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1)
 }
 
 // writableLimit is what caps ct's /tmp and working directory, on create's limits line.
