@@ -19,10 +19,15 @@ import (
 )
 
 // rwDir is the one directory that holds everything a sandbox of an image writes to its root
-// filesystem: the overlay's upper and work directories (rw/upper, rw/work). A size cap on
-// the sandbox's writes belongs on this directory (a filesystem of its own mounted here before
-// the overlay is).
-func (st *State) rwDir() string { return filepath.Join(st.Dir, "rw") }
+// filesystem: the overlay's upper and work directories (upper/, work/). With --disk it is on
+// the sandbox's disk (ContainerState.writableDir), so the disk's size caps these writes with
+// /tmp's and the working directory's; without, in the sandbox's state directory.
+func (st *State) rwDir() string {
+	if d := st.Container.writableDir(); d != "" {
+		return filepath.Join(d, "rootfs")
+	}
+	return filepath.Join(st.Dir, "rw")
+}
 
 // imageRootfs is the mount point of the sandbox's root filesystem in its bundle; lowerStage
 // is where the idmapped views of the layers are staged while the overlay is mounted.

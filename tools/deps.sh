@@ -23,12 +23,13 @@ set -euo pipefail
 #   squid-openssl: the corporate upstream proxy (plain and ssl-bump) of test/e2e's
 #   upstream-proxy tests; runc, crun: the OCI runtimes every local sandbox runs in (runc is
 #   the default, the isolation tests run on both); procps: ps inside sandboxes in the
-#   isolation tests; busybox-static, mmdebstrap: the tiny and the Debian images of the
-#   sandbox --image tests (test/imagetest; mmdebstrap fetches from the Debian archive once,
-#   cached in .cache).
+#   isolation tests; runsc: gVisor, the third runtime (--runtime runsc, TestSandboxRunsc);
+#   e2fsprogs: mkfs.ext4 for a sandbox's --disk; busybox-static, mmdebstrap: the tiny and the
+#   Debian images of the sandbox --image tests (test/imagetest; mmdebstrap fetches from the
+#   Debian archive once, cached in .cache).
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
 	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl runc crun procps
-	busybox-static mmdebstrap)
+	runsc e2fsprogs busybox-static mmdebstrap)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
 bench_pkgs=(wrk nghttp2-client tinyproxy dnsperf dnsmasq-base)

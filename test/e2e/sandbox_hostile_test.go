@@ -77,7 +77,7 @@ func hostShadowLine(t *testing.T) string {
 // /proc/PID/cwd, through every mount point mountinfo lists, symlinks, hard links, "..", and
 // open_by_handle_at.
 func TestSandboxHostileHostFiles(t *testing.T) {
-	runHostileVariants(t, true, func(t *testing.T, h *hostile) {
+	runHostileVariants(t, hostileRuntimes, true, func(t *testing.T, h *hostile) {
 		name, _ := h.create(t, "files")
 		s := plantHostSecrets(t, name)
 		shadow := hostShadowLine(t)
@@ -171,7 +171,7 @@ func wantNoHostEntries(t *testing.T, class, out, key, dir string) {
 // its processes (found by command line or by their host pid), their /proc/PID/root, cwd and
 // environ are out of reach; A cannot signal or ptrace them.
 func TestSandboxHostileOtherSandboxes(t *testing.T) {
-	runHostileVariants(t, true, func(t *testing.T, h *hostile) {
+	runHostileVariants(t, hostileRuntimes, true, func(t *testing.T, h *hostile) {
 		a, _ := h.create(t, "sba")
 		b, _ := h.create(t, "sbb")
 		bMark := "hostile-b-secret-" + b
@@ -382,7 +382,7 @@ var hostNamespaces = []string{"user", "pid", "ipc", "uts", "mnt"}
 // device node, kernel setting (/proc/sys, /sys/kernel/mm, sysrq), cgroup or bpffs entry can
 // be opened for writing; mknod, mount and raw sockets fail.
 func TestSandboxHostilePrivilege(t *testing.T) {
-	runHostileVariants(t, true, func(t *testing.T, h *hostile) {
+	runHostileVariants(t, hostileRuntimes, true, func(t *testing.T, h *hostile) {
 		work := t.TempDir()
 		if err := os.Chmod(work, 0o777); err != nil { // any uid may write: the test is who owns what it writes
 			t.Fatal(err)

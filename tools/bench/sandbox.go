@@ -6,7 +6,9 @@ package main
 // `sandbox exec NAME true` takes (the price of one more command in a reused sandbox), and
 // `sandbox exec --ephemeral NAME -- true` end to end (the per-tool-call mode: create, run,
 // delete). It needs root, cgroup v2, bpffs and the OCI runtime (runc); without them it
-// reports why and is skipped.
+// reports why and is skipped. Then the same with --disk 32M (what the sandbox's own ext4
+// disk adds: reserving the image, mkfs, a loop device and the mount, and their release), and
+// with --runtime runsc (gVisor) when it is installed.
 //
 // The sandboxes' host side lives in a network namespace the bench creates and removes, so the
 // machine's own network is never touched.
@@ -26,14 +28,22 @@ import (
 	"github.com/airlock-dev/airlock/test/imagetest"
 )
 
-// sandboxReport holds the sandbox section's figures: of the host's read-only view, and of a
-// cached busybox image (img*), with the first create of the image, which unpacks it.
+// sandboxReport holds the sandbox section's figures: those of --sandbox-runtime, then the
+// variants (--disk, runsc).
 type sandboxReport struct {
-	skipped                                     string
-	create, del, execute, ephemeral             []time.Duration
-	imgUnpack                                   []time.Duration
-	imgCreate, imgDel, imgExecute, imgEphemeral []time.Duration
-	err                                         error
+	skipped                         string
+	create, del, execute, ephemeral []time.Duration
+	variants                        []sandboxVariant
+	err                             error
+}
+
+// sandboxVariant is the figures of sandboxes created with extra flags. unpack is the first
+// create of an image (--image), target the ephemeral median's target (0: none).
+type sandboxVariant struct {
+	label                           string
+	create, del, execute, ephemeral []time.Duration
+	unpack                          []time.Duration
+	target                          time.Duration
 }
 
 // ephemeralTarget is the median `exec --ephemeral -- true` should stay under on 2 cores.
@@ -79,67 +89,91 @@ func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 		"--cgroup-parent", cgParent, "--upstream-dns", "127.0.0.1:1", "--runtime", e.cfg.sandboxRT}
 	var r sandboxReport
 	cycles := max(e.cfg.sandboxRuns, 1)
-	e.progress("sandbox (%s): %d cold create/exec/delete cycles, %d exec --ephemeral; the same with --image", e.cfg.sandboxRT, cycles, cycles)
-	if err := sandboxCycles(airlock, create, stateDir, "bench", cycles, &r.create, &r.execute, &r.del, &r.ephemeral); err != nil {
-		r.err = err
-		return r
-	}
-	r.err = imageCycles(airlock, create, root, stateDir, cycles, &r)
-	return r
-}
-
-// sandboxCycles measures cycles create/exec/delete of sandboxes made with create, then cycles
-// `exec --ephemeral -- true`.
-func sandboxCycles(airlock func(...string) (time.Duration, error), create []string, stateDir, prefix string, cycles int,
-	creates, execs, dels, ephemerals *[]time.Duration) error {
+	e.progress("sandbox (%s): %d cold create/exec/delete cycles, %d exec --ephemeral", e.cfg.sandboxRT, cycles, cycles)
 	for i := range cycles {
-		name := fmt.Sprintf("%s%d", prefix, i)
+		name := fmt.Sprintf("bench%d", i)
 		d, err := airlock(append([]string{"create", name}, create...)...)
 		if err != nil {
+			r.err = err
 			_, _ = airlock("delete", name, "--state-dir", stateDir)
-			return err
+			return r
 		}
-		*creates = append(*creates, d)
+		r.create = append(r.create, d)
 		if d, err = airlock("exec", "--state-dir", stateDir, name, "true"); err != nil {
-			_, _ = airlock("delete", name, "--state-dir", stateDir)
-			return err
+			r.err = err
+		} else {
+			r.execute = append(r.execute, d)
 		}
-		*execs = append(*execs, d)
-		if d, err = airlock("delete", name, "--state-dir", stateDir); err != nil {
-			return err
+		d, err = airlock("delete", name, "--state-dir", stateDir)
+		if err != nil {
+			r.err = err
+			return r
 		}
-		*dels = append(*dels, d)
+		r.del = append(r.del, d)
 	}
 	for i := range cycles {
-		name := fmt.Sprintf("%seph%d", prefix, i)
+		name := fmt.Sprintf("bencheph%d", i)
 		args := append(append([]string{"exec", "--ephemeral"}, create...), name, "--", "true")
 		d, err := airlock(args...)
 		if err != nil {
+			r.err = err
 			_, _ = airlock("delete", name, "--state-dir", stateDir)
-			return err
+			return r
 		}
-		*ephemerals = append(*ephemerals, d)
+		r.ephemeral = append(r.ephemeral, d)
 	}
-	return nil
+	variants := []struct {
+		label string
+		extra []string
+	}{{"--disk 32M", []string{"--disk", "32M"}}}
+	if _, err := exec.LookPath("runsc"); err == nil && filepath.Base(e.cfg.sandboxRT) != "runsc" {
+		variants = append(variants, struct {
+			label string
+			extra []string
+		}{"runsc", []string{"--runtime", "runsc"}})
+	}
+	for i, v := range variants {
+		e.progress("sandbox %s: %d cold create/exec/delete cycles, %d exec --ephemeral", v.label, cycles, cycles)
+		got, err := sandboxCycles(airlock, append(slices.Clone(create), v.extra...), fmt.Sprintf("benchv%d-", i), stateDir, cycles)
+		got.label = v.label
+		r.variants = append(r.variants, got)
+		if err != nil {
+			r.err = err
+			return r
+		}
+	}
+	e.progress("sandbox --image: the first create of the busybox image, %d cold create/exec/delete cycles, %d exec --ephemeral", cycles, cycles)
+	v, err := imageVariant(airlock, create, root, stateDir, cycles)
+	r.variants = append(r.variants, v)
+	r.err = err
+	return r
 }
 
-// imageCycles measures sandboxes of the busybox test image (an OCI layout): the first create,
-// which unpacks its layers (a sandbox that keeps them pinned, deleted at the end, then makes
-// every other create one of a cached image), then the cycles of sandboxCycles.
-func imageCycles(airlock func(...string) (time.Duration, error), create []string, root, stateDir string, cycles int, r *sandboxReport) error {
+// imageEphemeralTarget is the median `exec --ephemeral --image -- true` of a cached image
+// should stay under on 2 cores (issue 33).
+const imageEphemeralTarget = 250 * time.Millisecond
+
+// imageVariant measures sandboxes of the busybox test image (an OCI layout): the first
+// create, which unpacks its layers (that sandbox keeps them pinned until the end, so that
+// every other create is one of a cached image), then the cycles of sandboxCycles.
+func imageVariant(airlock func(...string) (time.Duration, error), create []string, root, stateDir string, cycles int) (sandboxVariant, error) {
+	v := sandboxVariant{label: "--image (the busybox test image, an OCI layout, cached)", target: imageEphemeralTarget}
 	var b benchTB
 	ref := filepath.Join(root, "busybox-layout")
 	if err := b.run(func() { imagetest.WriteLayout(&b, imagetest.Busybox(&b), ref) }); err != nil {
-		return fmt.Errorf("build the busybox image: %w", err)
+		return v, fmt.Errorf("build the busybox image: %w", err)
 	}
 	create = append(slices.Clone(create), "--image", ref)
 	d, err := airlock(append([]string{"create", "benchimgpin"}, create...)...)
 	if err != nil {
-		return err
+		_, _ = airlock("delete", "benchimgpin", "--state-dir", stateDir)
+		return v, err
 	}
 	defer airlock("delete", "benchimgpin", "--state-dir", stateDir) //nolint:errcheck
-	r.imgUnpack = append(r.imgUnpack, d)
-	return sandboxCycles(airlock, create, stateDir, "benchimg", cycles, &r.imgCreate, &r.imgExecute, &r.imgDel, &r.imgEphemeral)
+	v.unpack = append(v.unpack, d)
+	got, err := sandboxCycles(airlock, create, "benchimg", stateDir, cycles)
+	got.label, got.unpack, got.target = v.label, v.unpack, v.target
+	return got, err
 }
 
 // benchTB is imagetest.TB outside a test: Fatal ends run with the message as its error.
@@ -168,6 +202,53 @@ func (b *benchTB) run(f func()) (err error) {
 	return nil
 }
 
+// targetMet says whether the median of ds is under target ("" without a target).
+func targetMet(ds []time.Duration, target time.Duration) string {
+	if len(ds) == 0 || target == 0 {
+		return ""
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if s[len(s)/2] >= target {
+		return fmt.Sprintf("   target < %s: NOT met (median)", target)
+	}
+	return fmt.Sprintf("   target < %s: met (median)", target)
+}
+
+// sandboxCycles measures cycles of create, exec true and delete, then cycles of exec
+// --ephemeral -- true, with the create flags create (the last runtime flag wins).
+func sandboxCycles(airlock func(...string) (time.Duration, error), create []string, prefix, stateDir string, cycles int) (sandboxVariant, error) {
+	var v sandboxVariant
+	step := func(into *[]time.Duration, args ...string) error {
+		d, err := airlock(args...)
+		if err == nil {
+			*into = append(*into, d)
+		}
+		return err
+	}
+	for i := range cycles {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		err := step(&v.create, append([]string{"create", name}, create...)...)
+		if err == nil {
+			err = step(&v.execute, "exec", "--state-dir", stateDir, name, "true")
+		}
+		if derr := step(&v.del, "delete", name, "--state-dir", stateDir); err == nil {
+			err = derr
+		}
+		if err != nil {
+			return v, err
+		}
+	}
+	for i := range cycles {
+		name := fmt.Sprintf("%seph%d", prefix, i)
+		if err := step(&v.ephemeral, append(append([]string{"exec", "--ephemeral"}, create...), name, "--", "true")...); err != nil {
+			_, _ = airlock("delete", name, "--state-dir", stateDir)
+			return v, err
+		}
+	}
+	return v, nil
+}
+
 func printSandboxReport(w io.Writer, r sandboxReport) {
 	fmt.Fprintln(w, "\nLocal sandboxes (airlock sandbox create/exec/delete and exec --ephemeral -- true, wall time of the command, cold: new netns, veth, cgroup, CA, sidecar, eBPF and OCI container each time)")
 	switch {
@@ -192,33 +273,24 @@ func printSandboxReport(w io.Writer, r sandboxReport) {
 	row("create", r.create, "")
 	row("exec", r.execute, "")
 	row("delete", r.del, "")
-	row("ephemeral", r.ephemeral, targetMet(r.ephemeral, ephemeralTarget))
-	if len(r.imgUnpack) == 0 {
-		return
+	met := ""
+	if len(r.ephemeral) > 0 {
+		s := slices.Clone(r.ephemeral)
+		slices.Sort(s)
+		met = fmt.Sprintf("   target < %s: met (median)", ephemeralTarget)
+		if s[len(s)/2] >= ephemeralTarget {
+			met = fmt.Sprintf("   target < %s: NOT met (median)", ephemeralTarget)
+		}
 	}
-	fmt.Fprintln(w, "  with --image (the busybox test image, an OCI layout; cached unless said otherwise)")
-	row("unpack", r.imgUnpack, "   (the first create of the image: verify and unpack its layers)")
-	row("create", r.imgCreate, "")
-	row("exec", r.imgExecute, "")
-	row("delete", r.imgDel, "")
-	row("ephemeral", r.imgEphemeral, targetMet(r.imgEphemeral, imageEphemeralTarget))
-}
-
-// imageEphemeralTarget is the median `exec --ephemeral --image -- true` of a cached image
-// should stay under on 2 cores (issue 33).
-const imageEphemeralTarget = 250 * time.Millisecond
-
-// targetMet says whether the median of ds is under target.
-func targetMet(ds []time.Duration, target time.Duration) string {
-	if len(ds) == 0 {
-		return ""
+	row("ephemeral", r.ephemeral, met)
+	for _, v := range r.variants {
+		fmt.Fprintf(w, "  with %s:\n", v.label)
+		row("unpack", v.unpack, "   (the first create of the image: verify and unpack its layers)")
+		row("create", v.create, "")
+		row("exec", v.execute, "")
+		row("delete", v.del, "")
+		row("ephemeral", v.ephemeral, targetMet(v.ephemeral, v.target))
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if s[len(s)/2] >= target {
-		return fmt.Sprintf("   target < %s: NOT met (median)", target)
-	}
-	return fmt.Sprintf("   target < %s: met (median)", target)
 }
 
 // airlock returns the airlock binary the bench runs, building it into dir if no leg has yet.
