@@ -200,3 +200,34 @@ func TestSandboxImageEtcLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxImageDisk: with --disk 32M a sandbox of an image writes its root's upper layer on
+// its disk: a 100 MiB write to / stops with ENOSPC at the cap, the host paid for the disk at
+// create and not again; delete unmounts the overlay before the disk and leaves neither.
+func TestSandboxImageDisk(t *testing.T) {
+	e := newSandboxEnv(t)
+	ref := imagetest.WriteLayout(t, imagetest.Busybox(t), filepath.Join(t.TempDir(), "busybox"))
+	name := e.name("imgdisk")
+	e.createImage(t, name, ref, "--disk", "32M")
+	disk := diskOf(t, e, name)
+	before := allocatedBytes(t, disk.Image)
+	r := e.sh(t, name, `dd if=/dev/zero of=/fill bs=1M count=100 2>&1; echo "root=$(wc -c < /fill)"`)
+	root, _ := strconv.ParseInt(attemptResult(r.Stdout, "root"), 10, 64)
+	if !strings.Contains(r.Stdout, "No space left on device") || root <= 0 || root > 32<<20 {
+		t.Errorf("--disk 32M --image: wrote %d bytes to /; want ENOSPC at the cap:\n%s", root, r)
+	}
+	if after := allocatedBytes(t, disk.Image); after != before {
+		t.Errorf("the disk image went from %d to %d bytes on the host", before, after)
+	}
+	if r := e.run(t, nil, nil, "sandbox", "delete", "--state-dir", e.stateDir, name); r.Code != 0 {
+		t.Fatalf("delete: %s", r)
+	}
+	for _, p := range []string{disk.Image, disk.Mount} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("after delete %s is still there (%v)", p, err)
+		}
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), disk.Mount) {
+		t.Errorf("after delete something is still mounted under %s", disk.Mount)
+	}
+}
