@@ -102,7 +102,7 @@ func (a agentEnforcer) OriginalDst(c net.Conn) (netip.AddrPort, error) {
 func (a agentEnforcer) Counters() (KernelCounters, error) {
 	c, err := a.c.Counters()
 	return KernelCounters{Bytes: c.Bytes, Packets: c.Packets, Connections: c.Connections, Denies: c.Denies,
-		EventsLost: c.EventsLost}, err
+		EventsLost: c.EventsLost, RxBytes: c.RxBytes, RxPackets: c.RxPackets}, err
 }
 
 // Close implements Enforcer: it ends the connection; the agent keeps the pod enforced.
