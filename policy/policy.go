@@ -23,9 +23,9 @@ type Policy struct {
 	approval *ApprovalConfig
 	// usage is the effective spec.usage (parents merged, the interval's default not
 	// applied).
-	usage UsageConfig
-	never    []hostPattern
-	parents  []*Policy
+	usage   UsageConfig
+	never   []hostPattern
+	parents []*Policy
 }
 
 // Name returns metadata.name.
