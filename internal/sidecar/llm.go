@@ -49,6 +49,7 @@ func (l *llmComponent) start(context.Context) error {
 		Logger:     s.log,
 		Registerer: s.reg,
 		Operator:   s.operator,
+		Admit:      s.usage.admit,
 	})
 	if err != nil {
 		return err
