@@ -27,8 +27,8 @@ type Cgroup struct {
 }
 
 // FindCgroup returns the sandbox's cgroup for its v2 directory: on a hybrid host the v1
-// directories at the same path relative to their hierarchy's root are added when they
-// exist. mountinfo is /proc/self/mountinfo's text.
+// directories at the same path relative to their hierarchy's root are added for every v1
+// memory, cpuacct and freezer hierarchy mounted. mountinfo is /proc/self/mountinfo's text.
 func FindCgroup(v2 string, mountinfo []byte) Cgroup {
 	c := Cgroup{V2: v2}
 	mounts := parseCgroupMounts(mountinfo)
@@ -47,10 +47,9 @@ func FindCgroup(v2 string, mountinfo []byte) Cgroup {
 		if m.v2 {
 			continue
 		}
+		// Not checked for existence: the sidecar starts before the runtime makes the
+		// container's v1 cgroups; until they exist they are read as absent.
 		dir := filepath.Join(m.dir, rel)
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			continue
-		}
 		switch {
 		case slices.Contains(m.controllers, "memory"):
 			c.V1Memory = dir
@@ -165,6 +164,9 @@ func (c Cgroup) readMemory(s *CgroupStats) error {
 		return nil
 	}
 	if s.MemoryBytes, err = readUint(filepath.Join(c.V1Memory, "memory.usage_in_bytes")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // not made yet (the container is not created), or gone
+		}
 		return err
 	}
 	if s.MemoryPeakBytes, err = readUint(filepath.Join(c.V1Memory, "memory.max_usage_in_bytes")); err != nil {

@@ -54,6 +54,7 @@ type sandboxInfo struct {
 	SupervisorPid int     `json:"supervisor_pid"`
 	SidecarPid    int     `json:"sidecar_pid"`
 	OpenAsks      int     `json:"open_asks"`
+	Frozen        string  `json:"frozen"`
 }
 
 // sbEnv is the shared fixture: one world with a git server and a fake model provider, one
