@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -49,8 +50,9 @@ type Config struct {
 	Cgroup *Cgroup
 	// Net reads the kernel's counters; nil means no network figures.
 	Net func() (Net, error)
-	// Model reads the model API's spend; nil means none.
-	Model func() ModelSpend
+	// Model reads the model API's spend; false means it cannot be read now (the model API
+	// has not started yet), and the last record's model spend stands. Nil means none.
+	Model func() (ModelSpend, bool)
 	// Policy supplies spec.usage, read afresh at every sample.
 	Policy PolicySource
 	// Ledger is the usage ledger's path (StateDir/usage-ledger.jsonl).
@@ -178,13 +180,13 @@ func (m *Meter) Sample(kind string) (Record, error) {
 	m.mu.Unlock()
 	now := m.cfg.Now()
 	raw, mem, errs := m.read()
-	var spend ModelSpend
-	if m.cfg.Model != nil {
-		spend = m.cfg.Model()
-	}
+	spend, known := m.spend()
 	pol := m.cfg.Policy.Current()
 	m.mu.Lock()
 	rec := accumulate(m.rec, m.have, now, raw, mem)
+	if !known { // the last record's model spend stands
+		spend.UsedNano, spend.UsedTokens = int64(math.Round(m.rec.ModelUSD*1e9)), m.rec.ModelTokens
+	}
 	price(&rec, pol.Usage().Prices, spend)
 	if pol != m.pol {
 		if m.pol != nil {
@@ -206,6 +208,14 @@ func (m *Meter) Sample(kind string) (Record, error) {
 	m.rec, m.have = rec, true
 	m.mu.Unlock()
 	return rec, errors.Join(errs...)
+}
+
+// spend reads the model API's spend; false when it cannot be read now.
+func (m *Meter) spend() (ModelSpend, bool) {
+	if m.cfg.Model == nil {
+		return ModelSpend{}, true
+	}
+	return m.cfg.Model()
 }
 
 // read reads the cgroup and the kernel counters. What cannot be read keeps its last raw
@@ -380,10 +390,7 @@ func (m *Meter) event(decision string, reason policy.Reason, pol *policy.Policy,
 // is reached (the usd cap counting the model API's spend now, reservations included). The
 // model API calls it before reserving; its error's text is the answer's message.
 func (m *Meter) Admit() error {
-	var spend ModelSpend
-	if m.cfg.Model != nil {
-		spend = m.cfg.Model()
-	}
+	spend, _ := m.spend()
 	pol := m.cfg.Policy.Current()
 	m.mu.Lock()
 	defer m.mu.Unlock()

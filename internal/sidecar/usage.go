@@ -105,14 +105,18 @@ func (u *usageComponent) start(context.Context) error {
 	return nil
 }
 
-// modelSpend reads the model API's spend (none while it is off or not started).
-func (u *usageComponent) modelSpend() meter.ModelSpend {
-	p := u.s.llm.proxy
+// modelSpend reads the model API's spend: none with --llm-addr off, unknown (false) until
+// the model API has started.
+func (u *usageComponent) modelSpend() (meter.ModelSpend, bool) {
+	if u.s.cfg.LLMAddr == Off {
+		return meter.ModelSpend{}, true
+	}
+	p := u.s.llm.proxyIfStarted()
 	if p == nil {
-		return meter.ModelSpend{}
+		return meter.ModelSpend{}, false
 	}
 	st := p.Spend()
-	return meter.ModelSpend{UsedNano: st.UsedNano, HeldNano: st.HeldNano, UsedTokens: st.UsedTokens}
+	return meter.ModelSpend{UsedNano: st.UsedNano, HeldNano: st.HeldNano, UsedTokens: st.UsedTokens}, true
 }
 
 // handler serves the meter's last record as JSON (admin GET /v1/usage/compute).
