@@ -121,8 +121,6 @@ type Welcome struct {
 // are on the wire ("Bytes", ...): renaming one changes the protocol.
 type Counters struct {
 	Bytes, Packets, Connections, Denies, EventsLost uint64
-	// RxBytes and RxPackets are what the pod received (an older agent sends neither: 0).
-	RxBytes, RxPackets uint64
 }
 
 // DenyEvent is a kernel denial in the pod.

@@ -113,8 +113,7 @@ func (s *session) handle(req Request) Reply {
 	case OpCounters:
 		var c ebpf.Counters
 		if c, err = enf.Counters(); err == nil {
-			out.Counters = &Counters{Bytes: c.Bytes, Packets: c.Packets, Connections: c.Connections, Denies: c.Denies, EventsLost: c.EventsLost,
-				RxBytes: c.RxBytes, RxPackets: c.RxPackets}
+			out.Counters = &Counters{Bytes: c.Bytes, Packets: c.Packets, Connections: c.Connections, Denies: c.Denies, EventsLost: c.EventsLost}
 		}
 	default:
 		err = fmt.Errorf("unknown operation %q", req.Op)

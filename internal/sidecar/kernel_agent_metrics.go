@@ -8,7 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type agentCollector struct {
 	a                                   agentEnforcer
 	bytes, packets, connections, denies *prometheus.Desc
-	lost, rxBytes, rxPackets            *prometheus.Desc
+	lost                                *prometheus.Desc
 }
 
 func newAgentCollector(a agentEnforcer, sandbox string) *agentCollector {
@@ -23,14 +23,12 @@ func newAgentCollector(a agentEnforcer, sandbox string) *agentCollector {
 		connections: d("connections_total", "Connections (TCP, connected UDP) the kernel allowed from the sandbox cgroup."),
 		denies:      d("denies_total", "Connects, sends, sockets and packets the kernel denied in the sandbox cgroup."),
 		lost:        d("deny_events_lost_total", "Deny events the kernel could not queue (ring buffer full)."),
-		rxBytes:     d("ingress_bytes_total", "Bytes of packets delivered to the sandbox cgroup's sockets."),
-		rxPackets:   d("ingress_packets_total", "Packets delivered to the sandbox cgroup's sockets."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.connections, c.denies, c.lost, c.rxBytes, c.rxPackets} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.connections, c.denies, c.lost} {
 		ch <- d
 	}
 }
@@ -43,8 +41,7 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.denies, err)
 		return
 	}
-	for d, v := range map[*prometheus.Desc]uint64{c.bytes: s.Bytes, c.packets: s.Packets, c.connections: s.Connections, c.denies: s.Denies, c.lost: s.EventsLost,
-		c.rxBytes: s.RxBytes, c.rxPackets: s.RxPackets} {
+	for d, v := range map[*prometheus.Desc]uint64{c.bytes: s.Bytes, c.packets: s.Packets, c.connections: s.Connections, c.denies: s.Denies, c.lost: s.EventsLost} {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 }
