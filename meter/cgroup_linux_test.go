@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -293,4 +294,35 @@ func waitFrozen(t *testing.T, cg Cgroup, want bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestUSDCapWaitsForModelCalls: compute spend that reaches the usd cap while a model call
+// holds a reservation freezes only once the call has settled; new calls are refused meanwhile.
+func TestUSDCapWaitsForModelCalls(t *testing.T) {
+	s := newSandboxCgroup(t)
+	pols := newPolSource(t, "  usage:\n    prices: {cpuSecond: 1}\n    caps: {usd: 0.2}\n")
+	var spend atomic.Pointer[ModelSpend]
+	spend.Store(&ModelSpend{UsedNano: 0.05e9, HeldNano: 0.1e9})
+	m := newMeter(t, s, pols, nil)
+	m.cfg.Model = func() (ModelSpend, bool) { return *spend.Load(), true }
+	s.start(t, "busy")
+	for r := sample(t, m, KindSample); r.TotalUSD() < 0.2; r = sample(t, m, KindSample) {
+		if r.Frozen != "" {
+			t.Fatalf("frozen while a model call is in flight: %+v", r)
+		}
+	}
+	if _, pending := m.Status(); !strings.Contains(pending, "model calls in flight") {
+		t.Errorf("pending %q, want the freeze said to wait for the model calls", pending)
+	}
+	if err := m.Admit(); err == nil {
+		t.Error("a new model call was admitted over the usd cap")
+	}
+	if frozen, err := s.cg.Frozen(); err != nil || frozen {
+		t.Fatalf("frozen %v (%v) while the call holds its reservation", frozen, err)
+	}
+	spend.Store(&ModelSpend{UsedNano: 0.08e9}) // the call settled
+	if r := sample(t, m, KindSample); r.Kind != KindFreeze || !strings.Contains(r.Frozen, "usd") {
+		t.Fatalf("after the call settled: %+v, want frozen by the usd cap", r)
+	}
+	waitFrozen(t, s.cg, true)
 }
