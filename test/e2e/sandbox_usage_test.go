@@ -290,6 +290,14 @@ func TestSandboxUsageCaps(t *testing.T) {
 		pol := e.w.WriteFile(t, "cpu-cap.yaml", []byte(usagePolicy("    interval: 200ms\n    caps: {cpuSeconds: 0.5}\n")))
 		name := e.name("cpucap")
 		info := e.create(t, name, "--policy", pol)
+		// Hostile: the sandbox can neither thaw itself (its cgroup files are read-only to it)
+		// nor see the usage ledger it is billed from.
+		r := e.sh(t, name, "for f in /sys/fs/cgroup/cgroup.freeze /sys/fs/cgroup/unified/cgroup.freeze "+
+			"/sys/fs/cgroup/freezer/freezer.state; do (echo 0 >$f) 2>/dev/null && echo WROTE $f; done; "+
+			"ls "+filepath.Join(e.stateDir, "sandboxes", name, "sidecar")+" 2>/dev/null && echo SEES-LEDGER; true")
+		if r.Code != 0 || strings.Contains(r.Stdout, "WROTE") || strings.Contains(r.Stdout, "SEES-LEDGER") {
+			t.Errorf("the sandbox reached its freezer or its ledger: %s", r)
+		}
 		if r := e.sh(t, name, "(while :; do :; done) >/dev/null 2>&1 &"); r.Code != 0 {
 			t.Fatalf("start the loop: %s", r)
 		}
@@ -299,7 +307,7 @@ func TestSandboxUsageCaps(t *testing.T) {
 		if after := cgroupCPU(t, info.Cgroup); after-before > 5000 {
 			t.Errorf("frozen loop used %d µs in 300 ms, want (almost) none", after-before)
 		}
-		r := e.run(t, nil, nil, "sandbox", "list", "--state-dir", e.stateDir)
+		r = e.run(t, nil, nil, "sandbox", "list", "--state-dir", e.stateDir)
 		if !strings.Contains(r.Stdout, name+": FROZEN: spec.usage.caps.cpuSeconds") {
 			t.Errorf("sandbox list does not say why %s is frozen: %s", name, r.Stdout)
 		}
@@ -342,6 +350,19 @@ func TestSandboxUsageCaps(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(e.out, "dl-"+name)); err == nil {
 			t.Errorf("the download finished under an egressBytes cap")
+		}
+		// The operator thaws it: the download goes on.
+		if r := e.run(t, nil, nil, "sandbox", "thaw", "--state-dir", e.stateDir, name); r.Code != 0 || !strings.Contains(r.Stdout, "thawed") {
+			t.Fatalf("sandbox thaw: %s", r)
+		}
+		for deadline := time.Now().Add(30 * time.Second); bulk.written.Load() < last+4<<20; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the download did not go on after the thaw: %d bytes written, %d before", bulk.written.Load(), last)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the server's count
+		}
+		if n := e.auditCount(t, name, func(ev testnet.AuditEvent) bool { return ev.Kind == "usage" && ev.Reason == "usage_thawed" }); n != 1 {
+			t.Errorf("usage_thawed events: %d, want 1", n)
 		}
 	})
 }
