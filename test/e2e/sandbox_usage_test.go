@@ -329,6 +329,24 @@ func TestSandboxUsageCaps(t *testing.T) {
 			t.Errorf("usage audit events: %d, want a freeze and a thaw", n)
 		}
 	})
+	t.Run("delete while frozen", func(t *testing.T) {
+		pol := e.w.WriteFile(t, "cpu-cap-del.yaml", []byte(usagePolicy("    interval: 200ms\n    caps: {cpuSeconds: 0.2}\n")))
+		name := e.name("frozendel")
+		info := e.create(t, name, "--policy", pol)
+		if r := e.sh(t, name, "(while :; do :; done) >/dev/null 2>&1 &"); r.Code != 0 {
+			t.Fatalf("start the loop: %s", r)
+		}
+		waitFrozen(t, e, name, "cpuSeconds")
+		if r := e.run(t, nil, nil, "sandbox", "delete", "--state-dir", e.stateDir, name); r.Code != 0 {
+			t.Fatalf("delete a frozen sandbox: %s", r)
+		}
+		if left := e.leftovers(t, name, info); len(left) > 0 {
+			t.Errorf("left after deleting a frozen sandbox: %v", left)
+		}
+		if b, ok := e.bill(t, name); !ok || b.State != "deleted" || !strings.Contains(b.Frozen, "cpuSeconds") {
+			t.Errorf("archived bill %+v (found %v), want it deleted, frozen by cpuSeconds", b, ok)
+		}
+	})
 	t.Run("egressBytes", func(t *testing.T) {
 		pol := e.w.WriteFile(t, "bytes-cap.yaml", []byte(usagePolicy("    interval: 200ms\n    caps: {egressBytes: 4000000}\n")))
 		name := e.name("bytecap")
