@@ -134,6 +134,15 @@ func decode(line []byte) (Record, bool) {
 	return r, true
 }
 
+// life is a record's key and its first sample's time: the archive holds every sandbox ever
+// deleted, a name used twice among them.
+type life struct {
+	Key
+	since int64
+}
+
+func lifeOf(r Record) life { return life{r.Key, r.Since.UnixNano()} }
+
 // ErrLedgerCorrupt means a line other than the last fails its checksum.
 var ErrLedgerCorrupt = errors.New("usage ledger corrupt")
 
@@ -153,12 +162,6 @@ func readFile(path string) (last []Record, good int64, lines int, err error) {
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("read usage ledger: %w", err)
 	}
-	// A record's life is its key and its first sample's time: the archive holds every
-	// sandbox ever deleted, a name used twice among them.
-	type life struct {
-		Key
-		since int64
-	}
 	byKey := map[life]Record{}
 	for lineNo := 1; len(data) > 0; lineNo++ {
 		nl := bytes.IndexByte(data, '\n')
@@ -172,7 +175,7 @@ func readFile(path string) (last []Record, good int64, lines int, err error) {
 			}
 			return nil, 0, 0, fmt.Errorf("%s:%d: %w: the line fails its checksum; restore the file or move it away", path, lineNo, ErrLedgerCorrupt)
 		}
-		byKey[life{r.Key, r.Since.UnixNano()}] = r
+		byKey[lifeOf(r)] = r
 		good += int64(nl + 1)
 		lines++
 		data = data[nl+1:]
@@ -193,13 +196,17 @@ func readFile(path string) (last []Record, good int64, lines int, err error) {
 }
 
 // Ledger appends records to one ledger file, each written and synced before Append returns
-// (one per interval: no group commit is needed). It is safe for concurrent use.
+// (one per interval: no group commit is needed). Past 1 MiB it rewrites the file with the last
+// record of each life, so a sidecar sampling for months keeps a small file. It is safe for
+// concurrent use.
 type Ledger struct {
 	path string
-	// mu guards f and seq.
-	mu  sync.Mutex
-	f   *os.File
-	seq int64
+	// mu guards f, seq, size and last.
+	mu   sync.Mutex
+	f    *os.File
+	seq  int64
+	size int64
+	last map[life]Record
 }
 
 // OpenLedger opens (creating it 0600) the ledger at path and returns it with the last record
@@ -234,25 +241,43 @@ func OpenLedger(path string) (*Ledger, []Record, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("open usage ledger: %w", err)
 	}
-	l := &Ledger{path: path, f: f}
+	l := &Ledger{path: path, f: f, size: good, last: make(map[life]Record, len(last))}
 	for _, r := range last {
 		l.seq = max(l.seq, r.Seq)
+		l.last[lifeOf(r)] = r
 	}
 	return l, last, nil
 }
 
-// rewrite replaces the ledger at path with recs, atomically (a new file renamed over it).
+// rewrite replaces the ledger at path with recs, atomically: a new file, synced, renamed
+// over it, and the directory synced, so a crash leaves the old file or the new one.
 func rewrite(path string, recs []Record) error {
 	var buf []byte
 	for _, r := range recs {
 		buf = append(buf, encode(r)...)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, buf, 0o600); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return fmt.Errorf("compact usage ledger: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("compact usage ledger: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
 	}
 	return nil
 }
@@ -266,12 +291,43 @@ func (l *Ledger) Append(r Record) error {
 	}
 	l.seq++
 	r.Seq = l.seq
-	if _, err := l.f.Write(encode(r)); err != nil {
+	line := encode(r)
+	if _, err := l.f.Write(line); err != nil {
 		return fmt.Errorf("write usage ledger: %w", err)
 	}
 	if err := l.f.Sync(); err != nil {
 		return fmt.Errorf("sync usage ledger: %w", err)
 	}
+	l.size += int64(len(line))
+	l.last[lifeOf(r)] = r
+	if l.size > compactAt && l.size > int64(2*len(line)*len(l.last)) {
+		return l.compact()
+	}
+	return nil
+}
+
+// compact rewrites the file with the last record of each life and appends to the new file.
+// The caller holds mu.
+func (l *Ledger) compact() error {
+	recs := make([]Record, 0, len(l.last))
+	for _, r := range l.last {
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	if err := rewrite(l.path, recs); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("reopen usage ledger: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("reopen usage ledger: %w", err)
+	}
+	l.f.Close()
+	l.f, l.size = f, st.Size()
 	return nil
 }
 

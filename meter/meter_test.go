@@ -106,30 +106,37 @@ func TestArchiveKeepsEveryLife(t *testing.T) {
 	}
 }
 
-// TestLedgerCompacts: a ledger past compactAt is rewritten with each key's last record.
+// TestLedgerCompacts: a ledger written past compactAt is rewritten with each life's last
+// record, while it is written and when it is opened; the sequence carries on.
 func TestLedgerCompacts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), LedgerFile)
 	l, _, _ := OpenLedger(path)
-	for i := 0; i < 5000; i++ {
+	for i := 0; i < 8000; i++ {
 		if err := l.Append(Record{Kind: KindSample, Key: Key{Sandbox: "a"}, Totals: Totals{TxBytes: uint64(i)}}); err != nil {
 			t.Fatal(err)
 		}
+		if st, _ := os.Stat(path); st.Size() > compactAt+4096 {
+			t.Fatalf("ledger grew to %d bytes at record %d, past compactAt", st.Size(), i)
+		}
+	}
+	if err := l.Append(Record{Kind: KindSample, Key: Key{Sandbox: "b"}}); err != nil {
+		t.Fatal(err)
 	}
 	l.Close()
-	l, last, err := OpenLedger(path)
-	if err != nil || len(last) != 1 || last[0].TxBytes != 4999 {
-		t.Fatalf("got %+v, %v", last, err)
+	got, err := ReadFile(path)
+	if err != nil || len(got) != 2 || got[0].TxBytes != 7999 || got[0].Seq != 8000 || got[1].Seq != 8001 {
+		t.Fatalf("got %+v, %v; want a's last record (seq 8000) and b's (8001)", got, err)
 	}
-	st, _ := os.Stat(path)
-	if st.Size() > 4096 {
-		t.Errorf("size after compaction %d, want one line", st.Size())
+	l, _, err = OpenLedger(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := l.Append(Record{Kind: KindSample, Key: Key{Sandbox: "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
-	if got, err := ReadFile(path); err != nil || got[0].Seq != 5001 {
-		t.Errorf("after compaction: %+v, %v; want seq to carry on (5001)", got, err)
+	if got, err := ReadFile(path); err != nil || got[0].Seq != 8002 {
+		t.Errorf("after reopening: %+v, %v; want seq to carry on (8002)", got, err)
 	}
 }
 
