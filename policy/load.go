@@ -101,6 +101,7 @@ func (l *loader) parse(source string, data []byte, chain []string) (*Policy, err
 	inherit(d, p, &doc, own)
 	inheritApproval(d, p, doc.Spec.Approval, never)
 	validateRefs(d, &doc, p.secrets, p.llm.Providers)
+	compileIdentities(d, p, doc.Spec.Identities)
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)
 	}

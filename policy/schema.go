@@ -56,6 +56,10 @@ type Spec struct {
 	// Approval lets a request to a host no rule names be held while the operator is asked
 	// (see ApprovalConfig). Nil means no asking: a miss is denied at once.
 	Approval *ApprovalConfig `yaml:"approval"`
+	// Identities maps an identity name to a profile that narrows this policy for the
+	// processes of that identity (`airlock sandbox exec --as NAME`; see Identity). Nil
+	// means the sandbox has one identity: its own.
+	Identities map[string]Identity `yaml:"identities"`
 }
 
 // ReportConfig configures report mode, for recording the traffic `airlock policy learn`
