@@ -129,6 +129,9 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if cfg, err = cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.cgid, err = cgroupID(cfg.Cgroup); err != nil {
+		return nil, err
+	}
 	e := &Enforcer{cfg: cfg, log: cfg.Logger, dir: filepath.Join(cfg.PinRoot, PinDirName(cfg.Sandbox))}
 	if e.log == nil {
 		e.log = logrus.New()
@@ -222,7 +225,7 @@ func (e *Enforcer) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events, "exempt": m.Exempt,
 		"listeners": m.Listeners, "marks": m.Marks, "meta": m.Meta, "orig_cookie": m.OrigCookie,
-		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports,
+		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports, "conn_cg": m.ConnCg, "peer_cg": m.PeerCg,
 	}
 }
 
@@ -324,6 +327,18 @@ func (e *Enforcer) SetReport(report bool) error {
 	e.cfgMu.Lock()
 	defer e.cfgMu.Unlock()
 	e.cfg.Report = report
+	if err := e.objs.Config.Put(uint32(0), settings(&e.cfg)); err != nil {
+		return fmt.Errorf("update config map: %w", err)
+	}
+	return nil
+}
+
+// SetIdentities switches Config.Identities on or off (on a policy reload that adds or
+// removes spec.identities).
+func (e *Enforcer) SetIdentities(on bool) error {
+	e.cfgMu.Lock()
+	defer e.cfgMu.Unlock()
+	e.cfg.Identities = on
 	if err := e.objs.Config.Put(uint32(0), settings(&e.cfg)); err != nil {
 		return fmt.Errorf("update config map: %w", err)
 	}

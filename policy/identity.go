@@ -41,6 +41,11 @@ type IdentityLLM struct {
 	Budget Budget `yaml:"budget"`
 }
 
+// IdentityCgroupDir is the name of identity name's cgroup directory below the sandbox's
+// cgroup, in every hierarchy: `airlock sandbox exec --as NAME` makes it and runs the command
+// there, and the sidecar maps its cgroup id to the identity.
+func IdentityCgroupDir(name string) string { return "airlock-id-" + name }
+
 // identityNameRE: identity names become cgroup directory names and audit fields.
 var identityNameRE = nameMatcher{max: 32, inner: "-"}
 

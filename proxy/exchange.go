@@ -89,6 +89,9 @@ type exchange struct {
 	down   atomic.Int64
 	ws     *wsUpgrade // a WebSocket handshake being forwarded (checkUpgrade), or nil
 
+	// unknown refuses every request of a connection whose identity cannot be told (policyFor).
+	unknown *policy.Decision
+
 	// mu guards the fields below, which the transport's goroutines also set.
 	mu       sync.Mutex
 	status   int
@@ -108,8 +111,9 @@ func (p *Proxy) onRequest(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Reques
 	if o == nil { // a request that did not come through our listeners: fail closed
 		return r, failResponse(r, policy.ReasonNotProxyRequest, "", 0)
 	}
-	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
+	x := &exchange{p: p, o: o, at: p.cfg.Now(), start: time.Now(),
 		method: r.Method, path: r.URL.EscapedPath(), host: r.URL.Host, dest: r.URL.Host, reqID: requestID(r.Header)}
+	x.pol, x.unknown = p.policyFor(o.client)
 	gctx.RoundTripper = x
 	return r, x.record(r, x.admit(r))
 }
@@ -144,7 +148,7 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 	}
 	req := policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
 		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)}
-	x.pol, x.d = x.p.settle(r.Context(), x.pol, req, x.pol.Decide(req), "http")
+	x.pol, x.d = x.p.decide(r.Context(), x.pol, x.unknown, req, "http")
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
 	}
