@@ -62,6 +62,12 @@ type State struct {
 	SupervisorPid  int    `json:"supervisor_pid,omitempty"`
 	SupervisorTick uint64 `json:"supervisor_start,omitempty"` // start time in clock ticks: tells pid reuse apart
 	Kernel         bool   `json:"kernel"`                     // eBPF enforcement attached
+
+	// IdentityUIDs is the uid (and gid) inside of each identity `exec --as` has run
+	// (identity_linux.go); an identity keeps its uid for the sandbox's life.
+	IdentityUIDs map[string]int `json:"identity_uids,omitempty"`
+	// identityCgroup is the identity cgroup Command placed its command in, for StartCommand.
+	identityCgroup string
 }
 
 // Limits are the container's cgroup resource limits, set by the OCI runtime on whichever

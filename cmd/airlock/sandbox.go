@@ -304,7 +304,11 @@ runtime, which passes signals on. (With --ephemeral it waits for it instead.)
 --no-env leaves out the proxy, CA and model API variables: CMD then reaches out only through
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
 --ephemeral creates sandbox NAME first (taking the create flags) and deletes it afterwards:
-one sandbox per command (the per_tool mode).`
+one sandbox per command (the per_tool mode).
+--as IDENTITY runs CMD as that identity of the sandbox's policy (spec.identities): in its own
+cgroup below the sandbox's and as its own uid inside, so the sidecar decides, injects and
+audits its requests by the identity's rules, and no other identity's process can trace,
+signal or become it. Without --as, CMD is the sandbox's own identity.`
 
 func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
@@ -312,6 +316,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	noEnv := fs.Bool("no-env", false, "do not set the proxy, CA bundle and model API variables (transparent mode)")
 	user := fs.String("user", "", "run CMD as UID[:GID] inside the sandbox, 0-65535 (default: its root, an unprivileged uid outside)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
+	as := fs.String("as", "", "run CMD as this `IDENTITY` of the policy's spec.identities (its own cgroup and uid)")
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
 	// Flags stop at NAME: everything after it is the command.
@@ -337,6 +342,12 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case *as != "" && *user != "":
+		return cli.Failf("sandbox exec: --as and --user: an identity runs as its own uid; leave out --user")
+	case *as != "" && *ephemeral:
+		return cli.Failf("sandbox exec: --as needs a sandbox that outlives the command; create it first, then exec --as")
+	}
 
 	var progress io.Writer
 	if *ephemeral {
@@ -346,7 +357,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass}
+	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass, As: *as}
 	if *ephemeral {
 		// Without a terminal the runtime creates the container with the command while the
 		// sidecar starts; with one, the command starts it (runInSandbox).
