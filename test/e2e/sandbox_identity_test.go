@@ -69,7 +69,11 @@ func TestSandboxIdentities(t *testing.T) {
 // asSh runs script in sandbox name as identity (with the env file's proxy settings).
 func (h *hostile) asSh(t *testing.T, name, identity, script string) cliResult {
 	t.Helper()
-	return h.exec(t, []string{"--as", identity}, name, nil, nil, "sh", "-c", script)
+	var flags []string
+	if identity != "" {
+		flags = []string{"--as", identity}
+	}
+	return h.exec(t, flags, name, nil, nil, "sh", "-c", script)
 }
 
 // identityDenial is the part of the proxy's JSON refusal the tests read.
@@ -90,6 +94,7 @@ func testIdentityRules(t *testing.T, h *hostile, name string) {
 		{"reviewer", "POST", "/read/x", 403, "method_not_allowed"},
 		{"reviewer", "GET", "/write/x", 403, "path_not_allowed"},
 		{"author", "POST", "/write/x", 200, ""},
+		{"", "POST", "/write/x", 200, ""}, // without --as: the sandbox's own policy
 	}
 	for _, tc := range tests {
 		r := h.asSh(t, name, tc.identity, curlScript("-X "+tc.method+" https://allowed.test:8443"+tc.path))
@@ -105,16 +110,20 @@ func testIdentityRules(t *testing.T, h *hostile, name string) {
 			}
 		}
 	}
-	// The audit trail says who asked.
+	// The audit trail says who asked: reviewer's requests are intercepted (its rule has L7
+	// entries), author's tunnel is passed through (the sandbox's rule has none).
 	seen := map[string]bool{}
 	for _, ev := range h.auditEvents(t, name) {
-		if ev.Kind == audit.KindHTTP && strings.HasPrefix(ev.Path, "/write/") {
-			seen[ev.Identity+" "+ev.Decision] = true
+		switch {
+		case ev.Kind == audit.KindHTTP && strings.HasPrefix(ev.Path, "/write/"):
+			seen["http "+ev.Identity+" "+ev.Decision] = true
+		case ev.Kind == audit.KindConnect && ev.Destination == "allowed.test:8443":
+			seen["connect "+ev.Identity+" "+ev.Decision] = true
 		}
 	}
-	for _, want := range []string{"reviewer deny", "author allow"} {
+	for _, want := range []string{"http reviewer deny", "connect reviewer allow", "connect author allow"} {
 		if !seen[want] {
-			t.Errorf("no audit event %q for /write/ (have %v)", want, seen)
+			t.Errorf("no audit event %q for allowed.test:8443 (have %v)", want, seen)
 		}
 	}
 }
@@ -133,7 +142,7 @@ func testIdentityCredentials(t *testing.T, h *hostile, name string) {
 	// the token, whatever it sends.
 	before = len(h.w.API.Requests())
 	r = h.asSh(t, name, "reviewer", curlScript("-H 'Authorization: Bearer airlock-placeholder:upstream-token' https://api.allowed.test/cred"))
-	if _, code, _ := parseCurl(t, r); code != 403 {
+	if _, code, connect := parseCurl(t, r); code != 403 && connect != 403 {
 		t.Errorf("reviewer to api.allowed.test: %s, want 403", r)
 	}
 	for _, req := range h.w.API.Requests()[before:] {
@@ -148,6 +157,10 @@ func testIdentityCredentials(t *testing.T, h *hostile, name string) {
 // children stay reviewer.
 func testIdentityBoundary(t *testing.T, h *hostile, name string) {
 	pid, uid := h.startAs(t, name, "author")
+	// The control: the probe's attempts work where nothing keeps them out (author on its own).
+	if r := h.exec(t, []string{"--as", "author"}, name, nil, nil, h.probe, "cross", pid, uid); !strings.Contains(r.Stdout, "cross.signal0=ok") {
+		t.Fatalf("author signalling its own process: %s", r)
+	}
 	r := h.exec(t, []string{"--as", "reviewer"}, name, nil, nil, h.probe, "cross", pid, uid)
 	if r.Code != 0 {
 		t.Fatalf("probe as reviewer: %s", r)
