@@ -44,10 +44,17 @@ type exchange struct {
 // serveCall is one model call: parse → route → reserve → key → dispatch → pass through →
 // settle → audit.
 func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
-	x := &exchange{p: p, ep: ep, start: p.now(), table: p.table()}
+	x := &exchange{p: p, ep: ep, start: p.now()}
+	var identity string
+	var iderr *apiError
+	x.table, identity, iderr = p.tableFor(r)
 	x.ev = audit.Event{Kind: audit.KindLLM, Decision: audit.DecisionAllow, Method: r.Method, Path: r.URL.Path,
-		Client: r.RemoteAddr, Policy: x.table.pol.Name()}
+		Client: r.RemoteAddr, Policy: x.table.pol.Name(), Identity: identity}
 	defer x.finish()
+	if iderr != nil {
+		x.refuse(w, iderr, policy.ReasonIdentityUnknown)
+		return
+	}
 
 	c, aerr := p.readCall(w, r, ep)
 	if aerr != nil {

@@ -64,6 +64,7 @@ type env struct {
 	audit     *auditSink
 	keys      mapKeys
 	stopFn    func()
+	ids       Identities
 }
 
 // auditSink collects audit lines; while full is set its writes fail as on a full disk.
@@ -114,6 +115,7 @@ type setup struct {
 	stateDir          string
 	backupURL         string
 	now               func() time.Time // the proxy's clock; nil means time.Now
+	identities        Identities       // Config.Identities; nil means none
 }
 
 func newEnv(t testing.TB, s setup) *env {
@@ -143,7 +145,7 @@ func newEnv(t testing.TB, s setup) *env {
 		e.stateDir = t.TempDir()
 	}
 	e.keys = mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}
-	e.now = s.now
+	e.now, e.ids = s.now, s.identities
 	e.start(pol)
 	return e
 }
@@ -159,7 +161,7 @@ func (e *env) start(pol *policy.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now})
+	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now, Identities: e.ids})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,15 +77,15 @@ func (r *identities) scan() map[uint64]string {
 	return out
 }
 
-// identitiesOf is the proxy's Identities: nil when the policy in force has none (every
-// request is then the sandbox's), else the kernel lookup, which refuses every connection
-// when there is no kernel to ask.
-func (s *Sidecar) identitiesOf() proxy.Identities {
+// identitiesOf is the proxy's and the model API's Identities: the kernel lookup, which
+// refuses every connection when there is no kernel to ask (they ask only when the policy
+// has identities). warn logs that case once at start.
+func (s *Sidecar) identitiesOf(warn bool) *identities {
 	r := &identities{cgroup: s.cfg.Cgroup, policy: s.store.Current, cgID: ebpf.CgroupID}
 	if pe, ok := s.kernel.enf.(peerEnforcer); ok && s.cfg.Cgroup != "" {
 		r.peers = pe
 	}
-	if r.peers == nil && len(s.store.Current().IdentityNames()) > 0 {
+	if warn && r.peers == nil && len(s.store.Current().IdentityNames()) > 0 {
 		s.log.Warn("the policy has identities but " + errNoIdentityKernel.Error() + ": every request is refused (identity_unknown)")
 	}
 	return r

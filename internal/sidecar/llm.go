@@ -49,6 +49,7 @@ func (l *llmComponent) start(context.Context) error {
 		Logger:     s.log,
 		Registerer: s.reg,
 		Operator:   s.operator,
+		Identities: s.identitiesOf(false),
 	})
 	if err != nil {
 		return err
