@@ -26,6 +26,10 @@ type createStep struct {
 	// undoBefore names a step whose undo (later in undo order) needs this undo done; the undos
 	// in between, of resources independent of this one, run beside it. Empty: in order.
 	undoBefore string
+	// undoEarly starts this undo before every other, beside them; it is awaited at its own
+	// place in undo order. For a resource nothing else's undo needs (the veth pair: the
+	// kernel's RCU waits in its deletion need not hold the other steps up).
+	undoEarly bool
 }
 
 // creation is one Create in progress: its options, the state its steps fill in, and what
@@ -41,8 +45,9 @@ type creation struct {
 	idBase     uint32       // where the search for a free uid range starts
 	created    <-chan error // the runtime's create of a OnceProcess container, until awaited
 	createErr  error        // its outcome, once awaited
-	// deferSupervisor leaves the supervisor's start to the last step (a OnceProcess): on the
-	// way to ready its start-up would take the CPU the sidecar and the runtime need.
+	// deferSupervisor leaves the supervisor's start to the last step (a OnceProcess), where it
+	// starts in this process (superviseHere): on the way to ready its start-up would take the
+	// CPU the sidecar and the runtime need.
 	deferSupervisor bool
 }
 
@@ -60,13 +65,13 @@ func (c *creation) awaitCreate() error {
 // sandbox process is never left running without them.
 func (m *Manager) createSteps() []createStep {
 	return []createStep{
-		{"netns", m.doNetns, m.undoNetns, ""},
-		{"veth", m.doVeth, m.undoVeth, ""},
-		{"cgroup", m.doCgroup, m.undoCgroup, ""},
-		{"files", m.doFiles, m.undoFiles, ""},
-		{"sidecar", m.doSidecar, m.undoSidecar, ""},
-		{"kernel", m.doKernel, nil, ""},
-		{"container", m.doContainer, m.undoContainer, "cgroup"},
+		{"netns", m.doNetns, m.undoNetns, "", false},
+		{"veth", m.doVeth, m.undoVeth, "", true},
+		{"cgroup", m.doCgroup, m.undoCgroup, "", false},
+		{"files", m.doFiles, m.undoFiles, "", false},
+		{"sidecar", m.doSidecar, m.undoSidecar, "", false},
+		{"kernel", m.doKernel, nil, "", false},
+		{"container", m.doContainer, m.undoContainer, "cgroup", false},
 	}
 }
 
@@ -86,7 +91,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
 		_ = c.awaitCreate() // never delete under a create still running
 		return m.undoContainer(ctx, st)
-	}, "cgroup"}
+	}, "cgroup", false}
 	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
@@ -96,14 +101,14 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 			return "the command waits for the sandbox to start it", nil
 		}
 		pid, _ := readPid(c.st.sidecarPidFile())
-		if err := m.startSupervisor(c.st, c.o.Env, pid); err != nil {
+		if err := m.superviseHere(c.st, pid); err != nil {
 			return "", err
 		}
 		if err := m.Store.Save(c.st); err != nil { // the supervisor's pid, for delete and reap
 			return "", err
 		}
-		return fmt.Sprintf("the command waits for the sandbox to start it; supervisor %d", c.st.SupervisorPid), nil
-	}, nil, ""}
+		return fmt.Sprintf("the command waits for the sandbox to start it; supervised by this process (%d)", c.st.SupervisorPid), nil
+	}, nil, "", false}
 	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
 		byName["sidecar"], byName["kernel"], created}
 }
@@ -294,7 +299,8 @@ func (m *Manager) makeDir(c *creation) error {
 
 // undo runs the undos of steps in reverse, carrying on past a failed one so that one stuck
 // piece does not keep the others, and prints a line for each with its time. An undo with
-// undoBefore runs beside the undos up to that step's, which waits for it.
+// undoBefore runs beside the undos up to that step's, which waits for it; one with undoEarly
+// starts first and runs beside all of them.
 func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error {
 	var errs []error
 	done := func(r undoResult) {
@@ -306,11 +312,23 @@ func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error
 		}
 	}
 	pending := map[string]chan undoResult{}
+	early := map[string]chan undoResult{}
+	for _, s := range steps {
+		if s.undoEarly && s.undo != nil {
+			ch := make(chan undoResult, 1)
+			early[s.name] = ch
+			go func() { ch <- runUndo(ctx, st, s) }()
+		}
+	}
 	for i := len(steps) - 1; i >= 0; i-- {
 		s := steps[i]
 		if ch, ok := pending[s.name]; ok {
 			done(<-ch)
 			delete(pending, s.name)
+		}
+		if ch, ok := early[s.name]; ok {
+			done(<-ch)
+			continue
 		}
 		if s.undo == nil {
 			continue
@@ -472,7 +490,7 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	}
 	sup := fmt.Sprintf("supervisor %d", st.SupervisorPid)
 	if c.deferSupervisor {
-		sup = "supervisor once the container is created"
+		sup = "supervised by this process once the container is created"
 	}
 	return fmt.Sprintf("pid %d (%s), proxy %s:%d, DNS :%d, model API :%d, admin %s",
 		m.sidecarPid(st), sup, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
@@ -482,8 +500,19 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 // its Vault leases), then a sidecar left without one.
 func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 	var errs []error
-	if err := m.ops().StopProcess(st.SupervisorPid, st.SupervisorTick, StopGrace+5*time.Second); err != nil {
-		errs = append(errs, fmt.Errorf("stop supervisor: %w", err))
+	switch {
+	case st.SupervisorInProcess:
+		// A goroutine of exec --ephemeral's process: stopped here when that process deletes its
+		// sandbox; another process's delete leaves that process alone (it is waiting for its
+		// command, which the container's undo ends) and stops the sidecar below, which the
+		// supervisor then does not restart (the sandbox is being deleted).
+		if err := m.stopHere(st.Name); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		if err := m.ops().StopProcess(st.SupervisorPid, st.SupervisorTick, StopGrace+5*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("stop supervisor: %w", err))
+		}
 	}
 	// A sidecar whose supervisor died (it gets SIGTERM then, but may be slow) or was killed.
 	if pid, start := readPid(st.sidecarPidFile()); pid > 0 {

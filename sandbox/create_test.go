@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -462,8 +463,8 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(h.calls, "StartContainer") || slices.Contains(h.calls, "RunContainer") {
 		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", h.calls)
 	}
-	if sup := slices.Index(h.calls, "start sandbox"); sup < sidecar || st.SupervisorPid == 0 {
-		t.Errorf("calls %v, supervisor pid %d: want the supervisor started after the sidecar, and recorded", h.calls, st.SupervisorPid)
+	if sup := slices.Index(h.calls, "Supervise"); sup < sidecar || st.SupervisorPid != os.Getpid() || !st.SupervisorInProcess || slices.Contains(h.calls, "start sandbox") {
+		t.Errorf("calls %v, supervisor pid %d (in process %v): want the sidecar supervised by this process after it started, and that recorded", h.calls, st.SupervisorPid, st.SupervisorInProcess)
 	}
 	if !st.Container.Waiting {
 		t.Errorf("state %+v: want the container waiting", st.Container)
@@ -473,6 +474,37 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	}
 	if err := m.Delete(context.Background(), "once"); err != nil {
 		t.Fatalf("Delete: %v", err)
+	}
+	wantClean(t, m, h, "once")
+	if len(m.here) != 0 {
+		t.Errorf("in-process supervisors left after Delete: %v", m.here)
+	}
+	if slices.Contains(h.stopped, os.Getpid()) {
+		t.Errorf("Delete signalled its own process (the in-process supervisor's pid): stopped %v", h.stopped)
+	}
+
+	// Another process's delete (another Manager) stops the sidecar itself and leaves the
+	// process supervising it alone: that one waits for its command, which the delete ends.
+	st, err = m.Create(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	sidecarPid, _ := readPid(st.sidecarPidFile())
+	other := &Manager{Store: m.Store, Binary: m.Binary, Progress: io.Discard, Kernel: h, host: h, LoadCA: m.LoadCA}
+	h.mu.Lock()
+	h.stopped = nil
+	h.mu.Unlock()
+	if err := other.Delete(context.Background(), "once"); err != nil {
+		t.Fatalf("Delete from another manager: %v", err)
+	}
+	h.mu.Lock()
+	stopped := slices.Clone(h.stopped)
+	h.mu.Unlock()
+	if slices.Contains(stopped, os.Getpid()) || !slices.Contains(stopped, sidecarPid) {
+		t.Errorf("another process's Delete stopped %v: want the sidecar %d, never the supervising process %d", stopped, sidecarPid, os.Getpid())
+	}
+	if err := m.stopHere("once"); err != nil {
+		t.Errorf("stopping the in-process supervisor after another's delete: %v", err)
 	}
 	wantClean(t, m, h, "once")
 

@@ -41,6 +41,7 @@ type fakeHost struct {
 	nextPid    int
 	servers    map[int]*http.Server
 	exited     map[int]chan struct{}
+	stopped    []int // the pids StopProcess was asked to stop
 }
 
 var (
@@ -235,8 +236,19 @@ func (h *fakeHost) Alive(pid int, start uint64) bool {
 	return h.isLive(fmt.Sprintf("process %d", pid)) && (start == 0 || start == uint64(pid)*10)
 }
 
+// Supervise records the in-process supervisor and, when ctx ends, stops the adopted sidecar
+// as the real one does.
+func (h *fakeHost) Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, logOut *os.File) error {
+	if err := h.op("Supervise", func() error { return nil }); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return h.StopProcess(adopt, 0, StopGrace)
+}
+
 func (h *fakeHost) StopProcess(pid int, start uint64, grace time.Duration) error {
 	return h.op("StopProcess", func() error {
+		h.stopped = append(h.stopped, pid)
 		if pid <= 0 {
 			return nil
 		}

@@ -99,6 +99,8 @@ type processOps interface {
 	Alive(pid int, start uint64) bool
 	// StopProcess sends SIGTERM, waits up to grace, then SIGKILLs; a gone process is nil.
 	StopProcess(pid int, start uint64, grace time.Duration) error
+	// Supervise is the package's Supervise, run in this process (superviseHere).
+	Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, logOut *os.File) error
 }
 
 // linuxHost is hostOps on this machine.
@@ -208,6 +210,9 @@ func (linuxHost) StartDetached(bin string, args, env []string, logFile string) (
 
 func (linuxHost) ProcStart(pid int) (uint64, error) { return procStart(pid) }
 func (linuxHost) Alive(pid int, start uint64) bool  { return alive(pid, start) }
+func (linuxHost) Supervise(ctx context.Context, st *State, adopt int, wanted func() bool, logOut *os.File) error {
+	return Supervise(ctx, st, adopt, wanted, logOut)
+}
 func (linuxHost) StopProcess(pid int, start uint64, grace time.Duration) error {
 	return stopProcess(pid, start, grace)
 }

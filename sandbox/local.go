@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/policy"
@@ -47,6 +48,10 @@ type Manager struct {
 
 	// host makes the changes to this machine; nil means linuxHost (tests put a fake here).
 	host hostOps
+
+	// hereMu guards here: the supervisors running as goroutines of this process, by sandbox.
+	hereMu sync.Mutex
+	here   map[string]*hereSupervisor
 }
 
 // ops is the manager's hostOps.

@@ -61,7 +61,10 @@ type State struct {
 	CreatorPid     int    `json:"creator_pid,omitempty"`
 	SupervisorPid  int    `json:"supervisor_pid,omitempty"`
 	SupervisorTick uint64 `json:"supervisor_start,omitempty"` // start time in clock ticks: tells pid reuse apart
-	Kernel         bool   `json:"kernel"`                     // eBPF enforcement attached
+	// SupervisorInProcess says the supervisor is a goroutine of SupervisorPid, the process of
+	// `exec --ephemeral` that waits for the sandbox's one command, not a process of its own.
+	SupervisorInProcess bool `json:"supervisor_in_process,omitempty"`
+	Kernel              bool `json:"kernel"` // eBPF enforcement attached
 
 	// IdentityUIDs is the uid (and gid) inside of each identity `exec --as` has run
 	// (identity_linux.go); an identity keeps its uid for the sandbox's life.

@@ -419,7 +419,11 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, once *sand
 		return nil, cli.Failf("sandbox exec --ephemeral: create %s: %v", name, err)
 	}
 	return func() {
-		if err := m.Delete(context.Background(), name); err != nil {
+		err := m.Delete(context.Background(), name)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			fmt.Fprintf(stderr, "airlock: sandbox exec --ephemeral: %s was deleted by another command\n", name)
+		case err != nil:
 			fmt.Fprintf(stderr, "airlock: sandbox exec --ephemeral: delete %s: %v\n", name, err)
 		}
 	}, nil

@@ -553,6 +553,7 @@ func testSandboxEphemeralStdinSignals(t *testing.T, e *sbEnv) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 		if sc.Text() == "ready" {
+			testEphemeralSupervisedInProcess(t, e, name)
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -568,6 +569,33 @@ func testSandboxEphemeralStdinSignals(t *testing.T, e *sbEnv) {
 	}
 	if left := e.leftovers(t, name, sandboxInfo{}); len(left) > 0 {
 		t.Errorf("left after an ephemeral exec: %q", left)
+	}
+}
+
+// testEphemeralSupervisedInProcess: an ephemeral sandbox's supervisor is the exec --ephemeral
+// process itself (no `sandbox supervise` process is started for it), and it does supervise: a
+// sidecar killed while the command runs is replaced.
+func testEphemeralSupervisedInProcess(t *testing.T, e *sbEnv, name string) {
+	info, _ := e.info(t, name)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", info.SupervisorPid))
+	if err != nil || !bytes.Contains(cmdline, []byte("--ephemeral")) {
+		t.Errorf("supervisor pid %d (%q, %v): want the exec --ephemeral process", info.SupervisorPid, cmdline, err)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, d := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte("supervise\x00")) && bytes.HasSuffix(b, []byte("\x00"+name+"\x00")) {
+			t.Errorf("a supervisor process runs for the ephemeral sandbox: pid %s %q", d.Name(), b)
+		}
+	}
+	if info.SidecarPid <= 0 {
+		t.Fatalf("list shows no sidecar: %+v", info)
+	}
+	if err := syscall.Kill(info.SidecarPid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill sidecar: %v", err)
+	}
+	if next := e.waitSidecar(t, name, info.SidecarPid); next.SupervisorPid != info.SupervisorPid {
+		t.Errorf("supervisor pid changed from %d to %d", info.SupervisorPid, next.SupervisorPid)
 	}
 }
 
