@@ -110,6 +110,12 @@ func testIdentityRules(t *testing.T, h *hostile, name string) {
 			}
 		}
 	}
+	// Nothing reviewer sends or sets makes it author: not a header, not the environment.
+	forged := "AIRLOCK_IDENTITY=author AIRLOCK_SANDBOX_IDENTITY=author " + curlScript(
+		"-X POST -H 'X-Airlock-Identity: author' -H 'X-Airlock-As: author' https://allowed.test:8443/write/x")
+	if _, code, _ := parseCurl(t, h.asSh(t, name, "reviewer", forged)); code != 403 {
+		t.Errorf("reviewer with forged identity headers and environment: status %d, want 403", code)
+	}
 	// The audit trail says who asked: reviewer's requests are intercepted (its rule has L7
 	// entries), author's tunnel is passed through (the sandbox's rule has none).
 	seen := map[string]bool{}
