@@ -129,19 +129,13 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if cfg, err = cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.cgid, err = cgroupID(cfg.Cgroup); err != nil {
+	if err := checkEnforcedCgroup(&cfg); err != nil {
 		return nil, err
 	}
 	e := &Enforcer{cfg: cfg, log: cfg.Logger, dir: filepath.Join(cfg.PinRoot, PinDirName(cfg.Sandbox))}
 	if e.log == nil {
 		e.log = logrus.New()
 		e.log.SetOutput(io.Discard)
-	}
-	if err := checkCgroup2(cfg.Cgroup); err != nil {
-		return nil, err
-	}
-	if err := checkNotRoot(cfg.Cgroup); err != nil {
-		return nil, err
 	}
 	exempt, err := exemptionOf(cfg)
 	if err != nil {
@@ -299,6 +293,20 @@ func cgroupID(path string) (uint64, error) {
 		return 0, fmt.Errorf("stat cgroup %s: %w", path, err)
 	}
 	return st.Ino, nil
+}
+
+// checkEnforcedCgroup checks that cfg.Cgroup is a cgroup v2 directory other than the root,
+// and records its id (the config map's open_cgid).
+func checkEnforcedCgroup(cfg *Config) error {
+	if err := checkCgroup2(cfg.Cgroup); err != nil {
+		return err
+	}
+	if err := checkNotRoot(cfg.Cgroup); err != nil {
+		return err
+	}
+	id, err := cgroupID(cfg.Cgroup)
+	cfg.cgid = id
+	return err
 }
 
 // checkCgroup2 checks that path is a directory on a cgroup v2 filesystem.

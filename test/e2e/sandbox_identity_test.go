@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,7 @@ func TestSandboxIdentities(t *testing.T) {
 		t.Run("Rules", func(t *testing.T) { testIdentityRules(t, h, name) })
 		t.Run("Credentials", func(t *testing.T) { testIdentityCredentials(t, h, name) })
 		t.Run("Boundary", func(t *testing.T) { testIdentityBoundary(t, h, name) })
+		t.Run("HandOver", func(t *testing.T) { testIdentityHandOver(t, h, name) })
 		t.Run("Unknown", func(t *testing.T) {
 			r := h.exec(t, []string{"--as", "nobody"}, name, nil, nil, "true")
 			if r.Code == 0 || !strings.Contains(r.Stderr, `has no identity "nobody"`) {
@@ -243,4 +245,78 @@ func (h *hostile) auditEvents(t *testing.T, name string) []audit.Event {
 		t.Fatalf("read the audit log: %v", err)
 	}
 	return evs
+}
+
+// handOverPy is run by two identities at once: "give KIND PATH" makes a TCP socket (KIND
+// connected: connected to the proxy; unconnected: not) and passes it with SCM_RIGHTS to the
+// first process that connects to the unix socket PATH; "use KIND PATH" receives it, connects
+// it to the proxy when it is unconnected, sends a POST to allowed.test's /write/ path through
+// it and prints the response's status code.
+const handOverPy = `
+import os, socket, sys
+from urllib.parse import urlsplit
+role, kind, path = sys.argv[1:4]
+u = urlsplit(os.environ["HTTP_PROXY"])
+proxy = (u.hostname, u.port)
+if role == "give":
+    s = socket.socket()
+    if kind == "connected":
+        s.connect(proxy)
+    l = socket.socket(socket.AF_UNIX)
+    l.bind(path); os.chmod(path, 0o777); l.listen(1)
+    print("ready", flush=True)
+    c, _ = l.accept()
+    socket.send_fds(c, [b"x"], [s.fileno()])
+    c.recv(1)
+else:
+    c = socket.socket(socket.AF_UNIX); c.connect(path)
+    _, fds, _, _ = socket.recv_fds(c, 1, 1)
+    s = socket.socket(fileno=fds[0])
+    if kind == "unconnected":
+        s.connect(proxy)
+    s.sendall(b"POST http://allowed.test/write/handover HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    print(s.recv(64).split(b" ")[1].decode())
+`
+
+// testIdentityHandOver: a socket's identity is taken when it connects, from the task that
+// connects. An unconnected socket author hands reviewer is reviewer's once reviewer connects
+// it; a connected one stays author's (handing it over takes author's cooperation: reviewer
+// cannot take it, see Boundary).
+func testIdentityHandOver(t *testing.T, h *hostile, name string) {
+	py := h.inside("handover-" + h.rt + ".py")
+	if err := os.WriteFile(filepath.Join(h.out, filepath.Base(py)), []byte(handOverPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kind, want string
+	}{{"unconnected", "403"}, {"connected", "200"}} {
+		path := "/tmp/handover-" + tc.kind
+		h.startScript(t, name, "author", "python3 "+py+" give "+tc.kind+" "+path)
+		r := h.asSh(t, name, "reviewer", "python3 "+py+" use "+tc.kind+" "+path)
+		if got := strings.TrimSpace(r.Stdout); r.Code != 0 || got != tc.want {
+			t.Errorf("%s socket from author used by reviewer: status %q, want %s: %s", tc.kind, got, tc.want, r)
+		}
+	}
+}
+
+// startScript starts script as identity in the background (until t ends) and waits for its
+// first line, "ready".
+func (h *hostile) startScript(t *testing.T, name, identity, script string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	args := []string{"sandbox", "exec", "--state-dir", h.stateDir, "--as", identity, name, "--", "sh", "-c", "exec " + script}
+	cmd := h.command(ctx, nil, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%s: first line %q, %v; stderr %q", script, line, err, stderr.String())
+	}
 }
