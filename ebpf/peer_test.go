@@ -45,8 +45,10 @@ func TestPeerCgroupAndIdentityTasks(t *testing.T) {
 		t.Errorf("an identity's task to a protocol tcp range: %s, want it let through (ECONNREFUSED)", got)
 	}
 	for _, tc := range []struct {
-		probe interface{ Do(testing.TB, string) string }
-		path  string
+		probe interface {
+			Do(testing.TB, string) string
+		}
+		path string
 	}{{own, f.cg.Path}, {id, child.Path}} {
 		want, err := CgroupID(tc.path)
 		if err != nil {
