@@ -1,12 +1,15 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-dev/airlock/policy"
@@ -43,9 +46,14 @@ func (m *Manager) prepareIdentity(st *State, as string) (int, string, error) {
 		}
 		return 0, "", fmt.Errorf("--as %s: policy %q has no identity %q (spec.identities: %s)", as, pol.Name(), as, have)
 	}
-	uid, err := m.identityUID(st, as)
+	uid, fresh, err := m.identityUID(st, as)
 	if err != nil {
 		return 0, "", err
+	}
+	if fresh {
+		if err := shareDirs(st); err != nil {
+			return 0, "", err
+		}
 	}
 	dir := policy.IdentityCgroupDir(as)
 	if err := makeIdentityCgroups(st, dir); err != nil {
@@ -54,36 +62,68 @@ func (m *Manager) prepareIdentity(st *State, as string) (int, string, error) {
 	return uid, dir, nil
 }
 
-// identityUID returns identity as's uid in st, assigning the next free one when it has none.
-func (m *Manager) identityUID(st *State, as string) (int, error) {
+// identityUID returns identity as's uid in st, assigning the next free one when it has none
+// (fresh is then true).
+func (m *Manager) identityUID(st *State, as string) (uid int, fresh bool, err error) {
 	if uid, ok := st.IdentityUIDs[as]; ok {
-		return uid, nil
+		return uid, false, nil
 	}
 	unlock, err := m.Store.Lock()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer unlock()
 	cur, err := m.Store.Load(st.Name) // another exec may have assigned it meanwhile
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if uid, ok := cur.IdentityUIDs[as]; ok {
-		return uid, nil
+		return uid, false, nil
 	}
 	if len(cur.IdentityUIDs) >= maxIdentities {
-		return 0, fmt.Errorf("--as %s: sandbox %s has run %d identities, the most it can", as, st.Name, maxIdentities)
+		return 0, false, fmt.Errorf("--as %s: sandbox %s has run %d identities, the most it can", as, st.Name, maxIdentities)
 	}
 	if cur.IdentityUIDs == nil {
 		cur.IdentityUIDs = map[string]int{}
 	}
-	uid := IdentityUIDBase + len(cur.IdentityUIDs)
+	uid = IdentityUIDBase + len(cur.IdentityUIDs)
 	cur.IdentityUIDs[as] = uid
 	if err := m.Store.Save(cur); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	st.IdentityUIDs = cur.IdentityUIDs
-	return uid, nil
+	return uid, true, nil
+}
+
+// shareDirs makes /tmp and the working directory (when it is the sandbox's own tmpfs, not a
+// --mount) mode 1777, as their mount options say: runc 1.1 leaves a tmpfs it mounts in the
+// user namespace 0755, owned by the sandbox's root, where no identity (each its own uid)
+// could write. The sticky bit keeps one identity from removing another's files. It runs as
+// the sandbox's root, their owner, which needs no capability for it.
+func shareDirs(st *State) error {
+	c := st.Container
+	dirs := []string{"/tmp"}
+	if !slices.ContainsFunc(c.Mounts, func(m Mount) bool { return m.Dest == c.Workdir }) {
+		dirs = append(dirs, c.Workdir)
+	}
+	data, err := execProcess(c, append([]string{"chmod", "1777"}, dirs...), []string{"PATH=" + defaultPath}, 0, 0, false)
+	if err != nil {
+		return err
+	}
+	f, err := processFile(data)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	args := runtimeArgs(c, "exec", "--process", "/proc/self/fd/3", c.ID)
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.ExtraFiles = []*os.File{f}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := runPlaced(cmd, placementOf(st)); err != nil {
+		return fmt.Errorf("make %s writable for identities: %w: %s", strings.Join(dirs, " and "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // makeIdentityCgroups makes dir below each of the container's cgroups: the ones its runtime
