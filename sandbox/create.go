@@ -27,8 +27,9 @@ type createStep struct {
 	// in between, of resources independent of this one, run beside it. Empty: in order.
 	undoBefore string
 	// undoEarly starts this undo before every other, beside them; it is awaited at its own
-	// place in undo order. For a resource nothing else's undo needs (the veth pair: the
-	// kernel's RCU waits in its deletion need not hold the other steps up).
+	// place in undo order, so the undos after it still find it done. For what no undo before
+	// it needs: the container (its processes go first, while the sidecar stops) and the veth
+	// pair (the kernel's RCU waits in its deletion need not hold the other steps up).
 	undoEarly bool
 }
 
@@ -71,7 +72,7 @@ func (m *Manager) createSteps() []createStep {
 		{"files", m.doFiles, m.undoFiles, "", false},
 		{"sidecar", m.doSidecar, m.undoSidecar, "", false},
 		{"kernel", m.doKernel, nil, "", false},
-		{"container", m.doContainer, m.undoContainer, "cgroup", false},
+		{"container", m.doContainer, m.undoContainer, "cgroup", true},
 	}
 }
 
@@ -91,7 +92,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
 		_ = c.awaitCreate() // never delete under a create still running
 		return m.undoContainer(ctx, st)
-	}, "cgroup", false}
+	}, "cgroup", true}
 	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
@@ -311,35 +312,42 @@ func (m *Manager) undo(ctx context.Context, st *State, steps []createStep) error
 			m.progressf("  %s (%s)", r.line, r.took.Round(100*time.Microsecond))
 		}
 	}
-	pending := map[string]chan undoResult{}
-	early := map[string]chan undoResult{}
-	for _, s := range steps {
+	// pending holds the undos running beside the others, by the step whose undo awaits them:
+	// their undoBefore when that step is among steps, else their own.
+	pending := map[string][]chan undoResult{}
+	background := func(i int) {
+		s, at := steps[i], steps[i].name
+		if s.undoBefore != "" && slices.ContainsFunc(steps[:i], func(o createStep) bool { return o.name == s.undoBefore }) {
+			at = s.undoBefore
+		}
+		ch := make(chan undoResult, 1)
+		pending[at] = append(pending[at], ch)
+		go func() { ch <- runUndo(ctx, st, s) }()
+	}
+	for i, s := range steps {
 		if s.undoEarly && s.undo != nil {
-			ch := make(chan undoResult, 1)
-			early[s.name] = ch
-			go func() { ch <- runUndo(ctx, st, s) }()
+			background(i)
 		}
 	}
 	for i := len(steps) - 1; i >= 0; i-- {
 		s := steps[i]
-		if ch, ok := pending[s.name]; ok {
+		for _, ch := range pending[s.name] {
 			done(<-ch)
-			delete(pending, s.name)
 		}
-		if ch, ok := early[s.name]; ok {
-			done(<-ch)
-			continue
-		}
-		if s.undo == nil {
-			continue
-		}
-		if s.undoBefore == "" || !slices.ContainsFunc(steps[:i], func(o createStep) bool { return o.name == s.undoBefore }) {
+		delete(pending, s.name)
+		switch {
+		case s.undo == nil || s.undoEarly:
+		case s.undoBefore == "":
 			done(runUndo(ctx, st, s))
-			continue
+		default:
+			background(i)
+			if pending[s.name] != nil { // its undoBefore is not among steps: await it here
+				for _, ch := range pending[s.name] {
+					done(<-ch)
+				}
+				delete(pending, s.name)
+			}
 		}
-		ch := make(chan undoResult, 1)
-		pending[s.undoBefore] = ch
-		go func() { ch <- runUndo(ctx, st, s) }()
 	}
 	return errors.Join(errs...)
 }
@@ -474,7 +482,16 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.Store.Save(st); err != nil {
 		return "", err
 	}
-	sidecarDone, err := m.startSidecar(st, c.o.Env, !c.deferSupervisor)
+	notify, err := listenReady(st.Dir)
+	if err != nil {
+		return "", err
+	}
+	sidecarEnv := c.o.Env
+	if notify != nil {
+		defer notify.Close()
+		sidecarEnv = append(slices.Clone(c.o.Env), notify.Env())
+	}
+	sidecarDone, err := m.startSidecar(st, sidecarEnv, c.o.Env, !c.deferSupervisor)
 	if err != nil {
 		return "", err
 	}
@@ -485,7 +502,7 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	if err := m.waitSidecar(ctx, st, sidecarDone, timeout); err != nil {
+	if err := m.waitSidecar(ctx, st, sidecarDone, notify, timeout); err != nil {
 		return "", err
 	}
 	sup := fmt.Sprintf("supervisor %d", st.SupervisorPid)
@@ -523,12 +540,13 @@ func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 	return "stopped   sidecar and supervisor", errors.Join(errs...)
 }
 
-// startSidecar starts the first sidecar and, withSupervisor, its supervisor, both detached,
-// side by side: the supervisor adopts the running sidecar, so its own start-up is not on the
-// path to a ready sandbox.
-func (m *Manager) startSidecar(st *State, env []string, withSupervisor bool) (sidecarDone <-chan struct{}, err error) {
+// startSidecar starts the first sidecar (with sidecarEnv) and, withSupervisor, its supervisor
+// (with env: the sidecars it restarts have no ready socket to tell), both detached, side by
+// side: the supervisor adopts the running sidecar, so its own start-up is not on the path to a
+// ready sandbox.
+func (m *Manager) startSidecar(st *State, sidecarEnv, env []string, withSupervisor bool) (sidecarDone <-chan struct{}, err error) {
 	ops := m.ops()
-	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, env, st.LogFile())
+	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, sidecarEnv, st.LogFile())
 	if err != nil {
 		return nil, fmt.Errorf("start sidecar: %w", err)
 	}
