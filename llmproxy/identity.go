@@ -1,10 +1,13 @@
 package llmproxy
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-dev/airlock/policy"
 )
@@ -18,11 +21,29 @@ type Identities interface {
 	Identity(client netip.AddrPort) (string, error)
 }
 
-// identityRoutes caches one route table per identity, each rebuilt when its policy changes.
+// identityRoutes caches one route table per identity, each rebuilt when its policy changes,
+// and holds each identity's budget.
 type identityRoutes struct {
-	// mu guards byName.
-	mu     sync.Mutex
-	byName map[string]*routesCache
+	// mu guards byName and budgets.
+	mu      sync.Mutex
+	byName  map[string]*routesCache
+	budgets map[string]*Budget
+}
+
+// budget returns identity name's budget. It starts empty when the sidecar starts: the
+// ledger restores the sandbox's usage, not an identity's (yet).
+func (c *identityRoutes) budget(name string, now func() time.Time) *Budget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.budgets == nil {
+		c.budgets = map[string]*Budget{}
+	}
+	b := c.budgets[name]
+	if b == nil {
+		b = NewBudget(now, 0, 0)
+		c.budgets[name] = b
+	}
+	return b
 }
 
 func (c *identityRoutes) get(pol *policy.Policy) *routeTable {
@@ -41,9 +62,8 @@ func (c *identityRoutes) get(pol *policy.Policy) *routeTable {
 
 // tableFor returns the routes a call on r's connection gets: its identity's models, or the
 // policy's when the policy has no identities (or Config.Identities is nil); and the identity
-// name. The budget caps are the sandbox's: an identity's own llm.budget is not enforced
-// (yet), but each call's audit event names its identity. An identity that cannot be told
-// gets an identity_unknown refusal.
+// name. Its budget is the sandbox's caps and own the identity's (reserve charges both). An
+// identity that cannot be told gets an identity_unknown refusal.
 func (p *Proxy) tableFor(r *http.Request) (*routeTable, string, *apiError) {
 	pol := p.cfg.Policy.Current()
 	base := p.routes.get(pol)
@@ -70,6 +90,37 @@ func (p *Proxy) tableFor(r *http.Request) (*routeTable, string, *apiError) {
 		return unknown("the connection's cgroup is identity %q, which policy %q does not define", name, pol.Name())
 	}
 	t := *p.idRoutes.get(ip)
-	t.budget = base.budget
+	t.own, t.budget = t.budget, base.budget
 	return &t, name, nil
+}
+
+// reserveIdentity reserves the call of an identity (x.ev.Identity) in the identity's own
+// budget too, after the sandbox's (hold): ask with at most the output the sandbox granted,
+// first strictly, then (as the sandbox's reserve does) with the input counted (counted) and
+// the output lowered to fit. It returns the output limit granted, or false after refusing
+// the call (and releasing the sandbox's hold) when the identity's caps refuse it.
+func (x *exchange) reserveIdentity(w http.ResponseWriter, ask Ask, hold *Hold, counted func() int64) (int64, bool) {
+	name := x.ev.Identity
+	if name == "" {
+		return hold.Out, true
+	}
+	x.idBudget = x.p.idRoutes.budget(name, x.p.now)
+	ask.Out, ask.Strict = hold.Out, true
+	h, err := x.idBudget.Reserve(x.table.own, ask)
+	if err != nil {
+		ask.Strict, ask.In = false, counted()
+		h, err = x.idBudget.Reserve(x.table.own, ask)
+	}
+	if err != nil {
+		x.p.budget.Settle(hold, 0, 0)
+		var be *BudgetError
+		errors.As(err, &be)
+		e, reason := budgetAPIError(be)
+		e.message = strings.NewReplacer("the sandbox's", fmt.Sprintf("identity %q's", name),
+			"llm.budget.", "spec.identities."+name+".llm.budget.").Replace(e.message)
+		x.refuse(w, e, reason)
+		return 0, false
+	}
+	x.idHold = h
+	return min(hold.Out, h.Out), true
 }

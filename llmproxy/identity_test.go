@@ -58,3 +58,41 @@ func TestIdentityModels(t *testing.T) {
 		t.Errorf("no audit event names identity reviewer:\n%s", e.audit.String())
 	}
 }
+
+// TestIdentityBudget: an identity's call is charged to its own budget and to the sandbox's;
+// its own cap refuses it (naming the identity's field) while the sandbox's other calls go on.
+func TestIdentityBudget(t *testing.T) {
+	ids := &fakeIdentities{}
+	e := newEnv(t, setup{identities: ids, llmExtra: "    budget: {tokens: 100000}\n" +
+		"  identities:\n    reviewer: {llm: {budget: {tokens: 150}}}\n    author: {}\n"})
+	call := `{"model":"gpt-test","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	ids.set("reviewer", nil)
+	if s, _, body := e.post("/v1/chat/completions", call); s != 200 {
+		t.Fatalf("reviewer's first call: %d %s", s, body)
+	}
+	own := e.proxy.idRoutes.budget("reviewer", nil).State()
+	sandbox := e.proxy.budget.State()
+	if own.UsedTokens == 0 || own.UsedTokens != sandbox.UsedTokens || own.HeldTokens != 0 {
+		t.Fatalf("after one reviewer call: reviewer used %d (held %d), sandbox used %d; want the same non-zero charge on both",
+			own.UsedTokens, own.HeldTokens, sandbox.UsedTokens)
+	}
+	// Keep calling until reviewer's 150 tokens run out; the sandbox's 100000 do not.
+	var refused string
+	for range 20 {
+		s, _, body := e.post("/v1/chat/completions", call)
+		if s == 403 {
+			refused = body
+			break
+		}
+	}
+	if !strings.Contains(refused, "spec.identities.reviewer.llm.budget.tokens: 150") {
+		t.Fatalf("reviewer was never refused by its own budget; last refusal %q", refused)
+	}
+	ids.set("author", nil)
+	if s, _, body := e.post("/v1/chat/completions", call); s != 200 {
+		t.Fatalf("author after reviewer's budget ran out: %d %s", s, body)
+	}
+	if got := e.proxy.budget.State(); got.UsedTokens <= sandbox.UsedTokens || got.HeldTokens != 0 {
+		t.Errorf("sandbox budget after author's call: %+v, want more used than %d and nothing held", got, sandbox.UsedTokens)
+	}
+}
