@@ -92,6 +92,10 @@ type CreateOptions struct {
 	Network string
 	// TmpSize caps /tmp and the working directory in bytes (DefaultTmpSize when zero).
 	TmpSize int64
+	// Disk, when not zero, puts /tmp and the working directory (unless a Mount) on a disk of
+	// their own of this many bytes, which caps all they hold together (TmpSize then does
+	// not apply).
+	Disk int64
 	// IDBase is the first host uid/gid handed to sandboxes (DefaultIDBase when zero).
 	IDBase uint32
 	// Once prepares the container without starting it: OnceCommand then runs one command as
