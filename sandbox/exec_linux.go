@@ -187,7 +187,7 @@ func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (st *St
 		o.GID = o.UID
 	}
 	if err := checkExecUser(st.Container, o.UID, o.GID); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	_, tty := isTerminal(os.Stdin)
 	data, err := execProcess(st.Container, argv, execEnv(st, o), o.UID, o.GID, tty)

@@ -35,6 +35,10 @@ const maxIdentities = 4096
 // st under the store lock) and makes its cgroup. It returns the uid and the cgroup's
 // directory name below the sandbox's.
 func (m *Manager) prepareIdentity(st *State, as string) (int, string, error) {
+	if st.Container.Rootless {
+		return 0, "", fmt.Errorf("--as %s: --runtime %s maps only the sandbox's root, and each identity needs a uid of its own: use runc or crun",
+			as, filepath.Base(st.Container.Runtime))
+	}
 	pol, err := policy.Load(st.Policy)
 	if err != nil {
 		return 0, "", fmt.Errorf("--as %s: load the sandbox's policy: %w", as, err)
