@@ -58,6 +58,7 @@ type env struct {
 	anURL     string
 	proxy     *Proxy
 	now       func() time.Time // the proxy's clock; nil means time.Now
+	admit     func() error     // Config.Admit
 	ledger    *Ledger
 	stateDir  string
 	URL       string // http://127.0.0.1:port of the proxy
@@ -115,6 +116,7 @@ type setup struct {
 	stateDir          string
 	backupURL         string
 	now               func() time.Time // the proxy's clock; nil means time.Now
+	admit             func() error     // Config.Admit
 	identities        Identities       // Config.Identities; nil means none
 }
 
@@ -145,7 +147,7 @@ func newEnv(t testing.TB, s setup) *env {
 		e.stateDir = t.TempDir()
 	}
 	e.keys = mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}
-	e.now, e.ids = s.now, s.identities
+	e.now, e.ids, e.admit = s.now, s.identities, s.admit
 	e.start(pol)
 	return e
 }
@@ -161,7 +163,7 @@ func (e *env) start(pol *policy.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now, Identities: e.ids})
+	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now, Admit: e.admit, Identities: e.ids})
 	if err != nil {
 		t.Fatal(err)
 	}

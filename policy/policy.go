@@ -21,8 +21,11 @@ type Policy struct {
 	// approval is the effective spec.approval (parents merged, never filled in), nil when no
 	// policy of the chain has the section; never is its compiled never list.
 	approval *ApprovalConfig
-	never    []hostPattern
-	parents  []*Policy
+	// usage is the effective spec.usage (parents merged, the interval's default not
+	// applied).
+	usage   UsageConfig
+	never   []hostPattern
+	parents []*Policy
 	// identity is the spec.identities name this policy is for, "" for the sandbox's own;
 	// identities are the sandbox policy's identity policies (nil in an identity's).
 	identity   string

@@ -56,6 +56,9 @@ type Spec struct {
 	// Approval lets a request to a host no rule names be held while the operator is asked
 	// (see ApprovalConfig). Nil means no asking: a miss is denied at once.
 	Approval *ApprovalConfig `yaml:"approval"`
+	// Usage meters the sandbox's compute, memory and network, prices them and caps them
+	// (see UsageConfig). Zero means metering every 10s, no prices, no caps.
+	Usage UsageConfig `yaml:"usage"`
 	// Identities maps an identity name to a profile that narrows this policy for the
 	// processes of that identity (`airlock sandbox exec --as NAME`; see Identity). Nil
 	// means the sandbox has one identity: its own.

@@ -57,6 +57,16 @@ type Status struct {
 	// much of it is in use, the filesystem's own metadata included (-1: not mounted).
 	DiskBytes     int64 `json:"disk_bytes,omitempty"`
 	DiskUsedBytes int64 `json:"disk_used_bytes,omitempty"`
+	// The usage meter's figures from the sidecar's usage ledger (cmd/airlock fills them):
+	// CPU-seconds (user plus system), memory peak and GiB-hours, bytes received (Bytes is
+	// what it sent), compute spend at spec.usage.prices, and the message of the cap that
+	// froze the sandbox ("" when it runs).
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryPeakBytes uint64  `json:"memory_peak_bytes"`
+	MemoryGiBHours  float64 `json:"memory_gib_hours"`
+	RxBytes         uint64  `json:"rx_bytes"`
+	ComputeUSD      float64 `json:"compute_usd"`
+	Frozen          string  `json:"frozen,omitempty"`
 }
 
 // Statuses reports every sandbox of the store, asking the sidecars concurrently (each bounded

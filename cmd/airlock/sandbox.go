@@ -27,10 +27,11 @@ const sandboxUsage = `Usage: airlock sandbox <command> [flags] [args]
 Commands:
   create NAME   create a sandbox: network namespace, veth, cgroup, supervised sidecar, eBPF
   exec NAME     run a command inside a sandbox (exit code, stdin/stdout, TTY pass through)
-  list          list sandboxes with health, bytes, denies and model spend (--json)
+  list          list sandboxes with health, bytes, denies, CPU, memory, model and compute spend (--json)
   delete NAME   stop the sidecar gracefully and remove everything of a sandbox (idempotent)
   reap          remove expired and orphaned sandboxes (--older-than D)
   doctor        check this machine can run sandboxes: a PASS/FAIL table with fixes
+  thaw NAME     thaw a sandbox a usage cap froze (spec.usage.caps)
   approvals NAME list|grant|deny|revoke
                 answer the asks of a sandbox's sidecar (spec.approval; see airlock approvals)
 
@@ -42,7 +43,7 @@ Run "airlock sandbox <command> --help".
 func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 	return cli.Dispatch("sandbox", sandboxUsage, map[string]cli.RunFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
-		"reap": sandboxReap, "doctor": sandboxDoctor, "approvals": sandboxApprovals,
+		"reap": sandboxReap, "doctor": sandboxDoctor, "approvals": sandboxApprovals, "thaw": sandboxThaw,
 		"supervise": sandboxSupervise, // internal: started by create
 	}, args, stdout, stderr)
 }
@@ -64,7 +65,8 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{}}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{},
+		Archive: archiveUsage(store.StateRoot)}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
@@ -542,7 +544,9 @@ func parseUser(s string) (uid, gid int, err error) {
 func sandboxList(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
 List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
-sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.
+sandbox sent and received, denials (kernel, proxy and DNS), model API spend from the usage
+ledger, and the usage meter's CPU-seconds, memory peak and compute spend (spec.usage); a
+sandbox a usage cap froze is named below the table with the cap's message.
 With --backend kubernetes, list the sandbox pods "sandbox create --backend kubernetes" made
 (label airlock.dev/sandbox): namespace, name, age, phase, sidecar state, policy ConfigMap, node.`, stderr)
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
@@ -577,6 +581,7 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 	for i := range statuses {
 		statuses[i].OpenAsks = openAsks(statuses[i].SidecarDir)
 	}
+	fillUsage(statuses)
 	if *asJSON {
 		if statuses == nil {
 			statuses = []sandbox.Status{}
@@ -584,16 +589,24 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		return cli.WriteJSON(stdout, statuses)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tDENIES\tASKS\tLLM SPEND\tDISK")
+	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tRECEIVED\tDENIES\tASKS\tCPU-S\tMEM PEAK\tLLM SPEND\tCOMPUTE\tDISK")
 	for _, s := range statuses {
 		kernel := "on"
 		if !s.Kernel {
 			kernel = "OFF"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t$%.6f\t%s\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
-			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.OpenAsks, s.LLMSpendUSD, diskColumn(s))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.2f\t%dMiB\t$%.6f\t$%.6f\t%s\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
+			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.RxBytes, s.Denies, s.OpenAsks, s.CPUSeconds, s.MemoryPeakBytes>>20, s.LLMSpendUSD, s.ComputeUSD, diskColumn(s))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range statuses {
+		if s.Frozen != "" {
+			fmt.Fprintf(stdout, "%s: FROZEN: %s (raise the cap and reload the policy, or airlock sandbox thaw %s)\n", s.Name, s.Frozen, s.Name)
+		}
+	}
+	return nil
 }
 
 func sandboxDelete(args []string, stdout, stderr io.Writer) error {

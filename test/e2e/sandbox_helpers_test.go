@@ -56,6 +56,7 @@ type sandboxInfo struct {
 	OpenAsks      int     `json:"open_asks"`
 	DiskBytes     int64   `json:"disk_bytes"`
 	DiskUsedBytes int64   `json:"disk_used_bytes"`
+	Frozen        string  `json:"frozen"`
 }
 
 // sbEnv is the shared fixture: one world with a git server and a fake model provider, one
