@@ -35,7 +35,7 @@ func (s *Stage) Answer(id string, ans Answer) (Grant, error) {
 		close(a.done)
 		return Grant{}, nil
 	}
-	g := Grant{ID: a.ID, Sandbox: a.Sandbox, Policy: a.Policy, Host: a.Host, Ports: a.Ports(),
+	g := Grant{ID: a.ID, Sandbox: a.Sandbox, Policy: a.Policy, Host: a.Host, Ports: a.Ports(), Identity: a.Identity,
 		Scope: cmp.Or(ans.Scope, ScopeOnce), Granted: now, Approver: ans.Approver}
 	if err := checkScope(&g, ans.For, c.MaxGrant, c.AskTTL, c.SandboxGrants); err != nil {
 		s.mu.Unlock()
@@ -49,7 +49,7 @@ func (s *Stage) Answer(id string, ans Answer) (Grant, error) {
 	}
 	a.Status, a.Approver = StatusGranted, ans.Approver
 	delete(s.asks, a.ID)
-	delete(s.byKey, key{a.Host, a.Port})
+	delete(s.byKey, key{a.Host, a.Port, a.Identity})
 	s.invalidateLocked()
 	s.mu.Unlock()
 	s.metrics.grants.WithLabelValues(string(g.Scope)).Inc()

@@ -22,7 +22,7 @@ const (
 
 func (s *Stage) event(decision string, a Ask) audit.Event {
 	return audit.Event{Time: s.cfg.Now(), Sandbox: a.Sandbox, Kind: audit.KindApproval, Decision: decision,
-		Destination: a.Destination(), Method: a.Method, Path: a.Path, Policy: a.Policy, RequestID: a.ID}
+		Destination: a.Destination(), Method: a.Method, Path: a.Path, Policy: a.Policy, Identity: a.Identity, RequestID: a.ID}
 }
 
 func (s *Stage) auditAsk(a Ask) {
@@ -48,7 +48,7 @@ func (s *Stage) auditDeny(a Ask) {
 
 func (s *Stage) grantEvent(decision string, g Grant) audit.Event {
 	return audit.Event{Time: s.cfg.Now(), Sandbox: g.Sandbox, Kind: audit.KindApproval, Decision: decision,
-		Destination: destination(g.Host, g.Ports), Policy: g.Policy, RequestID: g.ID, Rule: policy.GrantRulePrefix + g.ID}
+		Destination: destination(g.Host, g.Ports), Policy: g.Policy, Identity: g.Identity, RequestID: g.ID, Rule: policy.GrantRulePrefix + g.ID}
 }
 
 func (s *Stage) auditGrant(g Grant) {

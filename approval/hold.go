@@ -36,7 +36,7 @@ func (s *Stage) Settle(ctx context.Context, pol *policy.Policy, req policy.Reque
 		if s.use(d.Grant) {
 			return pol, d
 		}
-		pol = s.Current() // a once grant another request used first: decide again
+		pol = s.currentAs(pol) // a once grant another request used first: decide again
 		if d = pol.Decide(req); d.Grant != "" && s.use(d.Grant) {
 			return pol, d
 		}
@@ -45,18 +45,33 @@ func (s *Stage) Settle(ctx context.Context, pol *policy.Policy, req policy.Reque
 		return pol, d
 	}
 	c, _ := pol.Approval()
-	a := Ask{Host: d.Host, Port: d.Port, Via: via, Method: req.Method, Path: pathOnly(req.Path)}
+	a := Ask{Host: d.Host, Port: d.Port, Via: via, Method: req.Method, Path: pathOnly(req.Path), Identity: pol.IdentityName()}
 	for range 2 { // a once grant another held request used first: one new ask
 		out := s.hold(ctx, pol, d, a, c.Hold)
 		if out.status != StatusGranted {
 			return pol, s.refusal(d, out)
 		}
-		np := s.Current()
+		np := s.currentAs(pol)
 		if nd := np.Decide(req); nd.Grant == "" || s.use(nd.Grant) {
 			return np, nd
 		}
 	}
 	return pol, d
+}
+
+// currentAs is the effective policy (Current) of pol's identity: the sandbox's own, or the
+// identity's with its own grants. An identity a reload removed keeps pol, which has no new
+// grant, so the request stays denied.
+func (s *Stage) currentAs(pol *policy.Policy) *policy.Policy {
+	np := s.Current()
+	if name := pol.IdentityName(); name != "" {
+		ip, ok := np.Identity(name)
+		if !ok {
+			return pol
+		}
+		return ip
+	}
+	return np
 }
 
 // SettleName is Settle for a DNS query name: the hold is capped at
@@ -142,7 +157,7 @@ func (s *Stage) hold(ctx context.Context, pol *policy.Policy, d policy.Decision,
 func (s *Stage) lookupOrAdmit(a Ask) (*Ask, outcome) {
 	now := s.cfg.Now()
 	s.mu.Lock()
-	k := key{a.Host, a.Port}
+	k := key{a.Host, a.Port, a.Identity}
 	if old := s.byKey[k]; old != nil && now.Before(old.Expires) {
 		old.Misses++
 		joined := *old
@@ -189,7 +204,7 @@ func (s *Stage) open(pol *policy.Policy, a Ask) *Ask {
 	c, _ := pol.Approval()
 	now := s.cfg.Now()
 	s.mu.Lock()
-	k := key{a.Host, a.Port}
+	k := key{a.Host, a.Port, a.Identity}
 	if old := s.byKey[k]; old != nil && now.Before(old.Expires) {
 		old.Misses++
 		s.mu.Unlock()

@@ -49,7 +49,7 @@ func ReadGrants(stateDir string, now time.Time) ([]Grant, error) {
 func Rules(gs []Grant) []policy.GrantRule {
 	out := make([]policy.GrantRule, len(gs))
 	for i, g := range gs {
-		out[i] = policy.GrantRule{ID: g.ID, Host: g.Host, Ports: g.Ports}
+		out[i] = policy.GrantRule{ID: g.ID, Host: g.Host, Ports: g.Ports, Identity: g.Identity}
 	}
 	return out
 }
@@ -193,8 +193,8 @@ func (s *Stage) Sweep() {
 	for id, a := range s.asks {
 		if !now.Before(a.Expires) {
 			delete(s.asks, id)
-			if s.byKey[key{a.Host, a.Port}] == a {
-				delete(s.byKey, key{a.Host, a.Port})
+			if s.byKey[key{a.Host, a.Port, a.Identity}] == a {
+				delete(s.byKey, key{a.Host, a.Port, a.Identity})
 			}
 			if a.Status == StatusPending {
 				asks = append(asks, *a)

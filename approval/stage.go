@@ -96,8 +96,9 @@ type effective struct {
 }
 
 type key struct {
-	host string
-	port int
+	host     string
+	port     int
+	identity string // asks are per identity (spec.identities): one never answers another's
 }
 
 // Stage is the approval stage of one sidecar. It is safe for concurrent use.
@@ -195,7 +196,7 @@ func (s *Stage) rebuildLocked(base *policy.Policy, now time.Time) *policy.Policy
 		if !g.Until.IsZero() && g.Until.Before(next) {
 			next = g.Until
 		}
-		rules = append(rules, policy.GrantRule{ID: g.ID, Host: g.Host, Ports: g.Ports})
+		rules = append(rules, policy.GrantRule{ID: g.ID, Host: g.Host, Ports: g.Ports, Identity: g.Identity})
 	}
 	e := &effective{base: base, pol: base.WithGrants(rules), until: next}
 	s.eff.Store(e)

@@ -48,6 +48,10 @@ type Ask struct {
 	Approver string `json:"approver,omitempty"`
 	Detail   string `json:"detail,omitempty"` // why it was denied, for the audit event and list
 
+	// Identity is the identity (spec.identities) whose request missed; empty for the
+	// sandbox's own. Its grant serves that identity only.
+	Identity string `json:"identity,omitempty"`
+
 	done chan struct{} // closed once answered
 }
 
@@ -83,6 +87,10 @@ type Grant struct {
 	// was granted). Zero for ScopeSandbox.
 	Until    time.Time `json:"until,omitzero"`
 	Approver string    `json:"approver"`
+
+	// Identity is the identity (spec.identities) the grant serves; empty for the sandbox's
+	// own policy. A grant never serves another identity.
+	Identity string `json:"identity,omitempty"`
 }
 
 // live reports whether g still serves at now.

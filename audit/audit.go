@@ -87,6 +87,9 @@ type Event struct {
 	Client string
 	// Policy is the policy name in force.
 	Policy string
+	// Identity is the spec.identities name the request was decided as (the cgroup of the
+	// sandbox process that made the connection); empty for the sandbox's own policy.
+	Identity string
 	// Error describes a failure (resolve, dial, timeout) in words without secret values.
 	Error string
 	// Model and Provider are set for model calls (kind llm): the model the sandbox asked

@@ -52,6 +52,7 @@ func (e Event) appendBody(b []byte) []byte {
 	}
 	b = appendField(b, "client", e.Client, false)
 	b = appendField(b, "policy", e.Policy, false)
+	b = appendField(b, "identity", e.Identity, false)
 	b = appendField(b, "error", e.Error, false)
 	b = e.appendLLM(b)
 	b = appendField(b, "request_id", e.RequestID, false)

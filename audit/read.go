@@ -39,6 +39,7 @@ type line struct {
 	Secrets      []string  `json:"secrets"`
 	Client       string    `json:"client"`
 	Policy       string    `json:"policy"`
+	Identity     string    `json:"identity"`
 	Error        string    `json:"error"`
 	Model        string    `json:"model"`
 	Provider     string    `json:"provider"`
@@ -68,7 +69,7 @@ func Decode(b []byte) (Event, error) {
 		Reason: l.Reason, Detail: l.Detail, Destination: l.Destination, Addr: l.Addr,
 		Method: l.Method, Path: l.Path, Status: l.Status, BytesUp: l.BytesUp, BytesDown: l.BytesDown,
 		Duration: time.Duration(l.DurationMS * float64(time.Millisecond)), Secrets: l.Secrets,
-		Client: l.Client, Policy: l.Policy, Error: l.Error, Model: l.Model, Provider: l.Provider,
+		Client: l.Client, Policy: l.Policy, Identity: l.Identity, Error: l.Error, Model: l.Model, Provider: l.Provider,
 		InputTokens: l.InputTokens, OutputTokens: l.OutputTokens, CostUSD: l.CostUSD, Prompt: l.Prompt,
 		RequestID: l.RequestID, Phase: l.Phase, Count: l.Count,
 	}, nil

@@ -115,6 +115,25 @@ struct {
 	__type(value, struct orig_dst);
 } orig_tuple SEC(".maps");
 
+/* The cgroup of the task that connected, by socket cookie from connect until the handshake
+ * completes (sockops moves it to peer_cg), and then by the client's address and port for as
+ * long as the sidecar may look it up: a keep-alive connection's every request does. An
+ * entry evicted before its lookup makes the lookup fail, and the sidecar refuses the
+ * connection (identity_unknown): never another connection's identity. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct peer_val);
+} conn_cg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct tuple_key);
+	__type(value, struct peer_val);
+} peer_cg SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -389,17 +408,43 @@ static __always_inline int redirect(struct bpf_sock_addr *ctx, const __u8 addr[1
 	return 1;
 }
 
+/* record_peer notes which cgroup's task connects a TCP socket to the sidecar (a listener,
+ * or the transparent redirect), for the sidecar to tell its identity: the identity is
+ * taken at connect(2), from the connecting task, not from whoever created the socket. */
+static __always_inline void record_peer(struct bpf_sock_addr *ctx, __u64 cgid)
+{
+	if (ctx->protocol != IPPROTO_TCP)
+		return;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	struct peer_val v = {.cgid = cgid};
+	bpf_map_update_elem(&conn_cg, &cookie, &v, BPF_ANY);
+}
+
+/* identity_task: the policy has identities and the current task is not in the enforced
+ * cgroup itself (but in an identity's cgroup below it). */
+static __always_inline int identity_task(__u64 cgid)
+{
+	__u32 zero = 0;
+	struct settings *c = bpf_map_lookup_elem(&config, &zero);
+	return c && (c->flags & CFG_IDENTITIES) && cgid != c->open_cgid;
+}
+
 static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook, int hook6, int v6native)
 {
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	__u8 proto = ctx->protocol;
 	__u8 reason = DENY_NOT_ALLOWED;
+	__u64 cgid = bpf_get_current_cgroup_id();
 
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
 		reason = DENY_PROTOCOL;
 		goto deny;
 	}
-	if (is_listener(addr, port, proto) || own_loopback(addr))
+	if (is_listener(addr, port, proto)) {
+		record_peer(ctx, cgid);
+		goto allow;
+	}
+	if (own_loopback(addr))
 		goto allow;
 	if (proto == IPPROTO_UDP) {
 		reason = DENY_UDP;
@@ -410,11 +455,18 @@ static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 
 		goto allow;
 	int r = redirect(ctx, addr, port, hook6, v6native);
 	if (r == 1) {
+		record_peer(ctx, cgid);
 		count_connection();
 		return VERDICT_ALLOW;
 	}
 	if (r < 0) {
 		reason = DENY_NO_TRANSPARENT6;
+		goto deny;
+	}
+	/* An identity's rules are applied by the sidecar, which the addresses below bypass:
+	 * the allow map and http-rule ranges are the whole sandbox's. */
+	if (identity_task(cgid)) {
+		reason = DENY_IDENTITY;
 		goto deny;
 	}
 	if (cidr == 1)
@@ -629,9 +681,6 @@ int established(struct bpf_sock_ops *skops)
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB: {
 		__u64 cookie = bpf_get_socket_cookie(skops);
-		struct orig_dst *o = bpf_map_lookup_elem(&orig_cookie, &cookie);
-		if (!o)
-			break;
 		struct tuple_key k = {};
 		if (skops->family == AF_INET) {
 			mapped4(k.addr, skops->local_ip4);
@@ -644,6 +693,19 @@ int established(struct bpf_sock_ops *skops)
 			copy6(k.addr, w);
 		}
 		k.port = (__u16)skops->local_port;
+		/* A connection that was not recorded (or whose record was evicted) clears what an
+		 * earlier connection from the same address and port left: never its identity. */
+		struct peer_val *pv = bpf_map_lookup_elem(&conn_cg, &cookie);
+		if (pv) {
+			struct peer_val pcopy = *pv;
+			bpf_map_update_elem(&peer_cg, &k, &pcopy, BPF_ANY);
+			bpf_map_delete_elem(&conn_cg, &cookie);
+		} else {
+			bpf_map_delete_elem(&peer_cg, &k);
+		}
+		struct orig_dst *o = bpf_map_lookup_elem(&orig_cookie, &cookie);
+		if (!o)
+			break;
 		struct orig_dst copy = *o;
 		bpf_map_update_elem(&orig_tuple, &k, &copy, BPF_ANY);
 		bpf_map_delete_elem(&orig_cookie, &cookie);

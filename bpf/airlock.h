@@ -31,6 +31,7 @@ enum deny_reason {
 	DENY_PROTOCOL = 3,     /* socket family/type/protocol not allowed */
 	DENY_UDP = 4,          /* UDP to anything but the DNS filter */
 	DENY_NO_TRANSPARENT6 = 5, /* native IPv6 to a transparent port, no IPv6 listener */
+	DENY_IDENTITY = 6,     /* a task of an identity cgroup connecting around the sidecar */
 };
 
 /* Listener kinds (value of the listeners map). */
@@ -80,6 +81,9 @@ struct cidr_val {
 #define CFG_REPORT 4       /* policy in report mode: log what would be denied, deny nothing */
 #define CFG_LOOPBACK 8     /* the sandbox's network namespace is its own: its loopback reaches
 			    * only its own processes, so TCP and UDP to it are allowed */
+#define CFG_IDENTITIES 16  /* the policy has identities: a task in any cgroup but open_cgid
+			    * reaches only the sidecar (listeners, the transparent redirect),
+			    * its own loopback and protocol tcp ranges */
 
 struct settings {
 	__u32 flags;
@@ -87,6 +91,7 @@ struct settings {
 	__u32 t6_addr[4];
 	__u16 t4_port;  /* network byte order */
 	__u16 t6_port;  /* network byte order */
+	__u64 open_cgid; /* the enforced cgroup's id: its own tasks are the sandbox's identity */
 };
 
 /* Original destination of a redirected connection. */
@@ -102,6 +107,13 @@ struct tuple_key {
 	__u8 addr[16];
 	__u16 port;
 	__u16 pad;
+};
+
+/* peer_cg map value: the cgroup (v2 id) of the task that connected a TCP socket to the
+ * sidecar, keyed like orig_tuple by the client's local address and port, which is the peer
+ * address the sidecar's listeners see on accept. The sidecar maps it to an identity. */
+struct peer_val {
+	__u64 cgid;
 };
 
 /* marks (socket storage): the destination a socket was allowed to at connect time. The

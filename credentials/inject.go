@@ -43,7 +43,10 @@ var placeholderMarks = []string{PlaceholderPrefix, "airlock-placeholder%3A", "ai
 // secrets' placeholders in the rule's placeholderIn locations. Errors: a *RefusalError
 // (deny), or one wrapping ErrUnavailable (503, fail closed).
 func (b *Broker) Inject(r *http.Request, d policy.Decision) error {
-	pol := b.cfg.Policy.Current()
+	pol, ok := decidedBy(b.cfg.Policy.Current(), d)
+	if !ok {
+		return fmt.Errorf("identity %q is no longer in the policy: %w", d.Identity, ErrUnavailable)
+	}
 	var rule policy.Rule
 	// Only an intercepting rule (inject or http entries) can have inject entries.
 	if d.Rule != "" && d.Intercept && d.Allowed() && !d.WouldDeny {
@@ -408,4 +411,14 @@ func (b *Broker) learnInjected(v string) {
 	if !strings.ContainsRune(v, ' ') {
 		b.red.Add(v) // a bare value, e.g. {{ basic ... }} in a custom header
 	}
+}
+
+// decidedBy returns the policy whose rules made d: the identity's (d.Identity, its rules
+// inject only the secrets it holds) or the sandbox's. ok is false when the identity is no
+// longer in the policy (a reload removed it): then nothing may be injected.
+func decidedBy(pol *policy.Policy, d policy.Decision) (*policy.Policy, bool) {
+	if d.Identity == "" {
+		return pol, true
+	}
+	return pol.Identity(d.Identity)
 }

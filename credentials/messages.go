@@ -34,7 +34,10 @@ func (b *Broker) ScrubMessage(msg []byte) []byte { return b.red.Mask(msg) }
 // refused with a *RefusalError (credential_misuse), which is counted and audited. Errors:
 // one wrapping ErrUnavailable when a bound secret cannot be had.
 func (b *Broker) RequestMessages(r *http.Request, d policy.Decision) (func([]byte) ([]byte, error), error) {
-	pol := b.cfg.Policy.Current()
+	pol, ok := decidedBy(b.cfg.Policy.Current(), d)
+	if !ok {
+		return nil, fmt.Errorf("identity %q is no longer in the policy: %w", d.Identity, ErrUnavailable)
+	}
 	var rule policy.Rule
 	if d.Rule != "" && d.Intercept && d.Allowed() && !d.WouldDeny {
 		rule, _ = pol.Rule(d.Rule)

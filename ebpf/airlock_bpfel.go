@@ -95,18 +95,25 @@ type airlockOrigDst struct {
 	Pad  uint16
 }
 
+type airlockPeerVal struct {
+	_    structs.HostLayout
+	Cgid uint64
+}
+
 type airlockSchemaInfo struct {
 	_      structs.HostLayout
 	Schema uint64
 }
 
 type airlockSettings struct {
-	_      structs.HostLayout
-	Flags  uint32
-	T4Addr uint32
-	T6Addr [4]uint32
-	T4Port uint16
-	T6Port uint16
+	_        structs.HostLayout
+	Flags    uint32
+	T4Addr   uint32
+	T6Addr   [4]uint32
+	T4Port   uint16
+	T6Port   uint16
+	_        [4]byte
+	OpenCgid uint64
 }
 
 type airlockTupleKey struct {
@@ -123,6 +130,7 @@ const (
 	airlockMapAllow        = "allow"
 	airlockMapCidrs        = "cidrs"
 	airlockMapConfig       = "config"
+	airlockMapConnCg       = "conn_cg"
 	airlockMapEvents       = "events"
 	airlockMapExempt       = "exempt"
 	airlockMapListeners    = "listeners"
@@ -130,6 +138,7 @@ const (
 	airlockMapMeta         = "meta"
 	airlockMapOrigCookie   = "orig_cookie"
 	airlockMapOrigTuple    = "orig_tuple"
+	airlockMapPeerCg       = "peer_cg"
 	airlockMapStats        = "stats"
 	airlockMapTports       = "tports"
 	airlockProgConnect4    = "connect4"
@@ -204,6 +213,7 @@ type airlockMapSpecs struct {
 	Allow      *ebpf.MapSpec `ebpf:"allow"`
 	Cidrs      *ebpf.MapSpec `ebpf:"cidrs"`
 	Config     *ebpf.MapSpec `ebpf:"config"`
+	ConnCg     *ebpf.MapSpec `ebpf:"conn_cg"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Exempt     *ebpf.MapSpec `ebpf:"exempt"`
 	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
@@ -211,6 +221,7 @@ type airlockMapSpecs struct {
 	Meta       *ebpf.MapSpec `ebpf:"meta"`
 	OrigCookie *ebpf.MapSpec `ebpf:"orig_cookie"`
 	OrigTuple  *ebpf.MapSpec `ebpf:"orig_tuple"`
+	PeerCg     *ebpf.MapSpec `ebpf:"peer_cg"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
 	Tports     *ebpf.MapSpec `ebpf:"tports"`
 }
@@ -245,6 +256,7 @@ type airlockMaps struct {
 	Allow      *ebpf.Map `ebpf:"allow"`
 	Cidrs      *ebpf.Map `ebpf:"cidrs"`
 	Config     *ebpf.Map `ebpf:"config"`
+	ConnCg     *ebpf.Map `ebpf:"conn_cg"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Exempt     *ebpf.Map `ebpf:"exempt"`
 	Listeners  *ebpf.Map `ebpf:"listeners"`
@@ -252,6 +264,7 @@ type airlockMaps struct {
 	Meta       *ebpf.Map `ebpf:"meta"`
 	OrigCookie *ebpf.Map `ebpf:"orig_cookie"`
 	OrigTuple  *ebpf.Map `ebpf:"orig_tuple"`
+	PeerCg     *ebpf.Map `ebpf:"peer_cg"`
 	Stats      *ebpf.Map `ebpf:"stats"`
 	Tports     *ebpf.Map `ebpf:"tports"`
 }
@@ -261,6 +274,7 @@ func (m *airlockMaps) Close() error {
 		m.Allow,
 		m.Cidrs,
 		m.Config,
+		m.ConnCg,
 		m.Events,
 		m.Exempt,
 		m.Listeners,
@@ -268,6 +282,7 @@ func (m *airlockMaps) Close() error {
 		m.Meta,
 		m.OrigCookie,
 		m.OrigTuple,
+		m.PeerCg,
 		m.Stats,
 		m.Tports,
 	)

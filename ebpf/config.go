@@ -130,6 +130,14 @@ type Config struct {
 	RequireAll bool
 	// Now is the wall clock Allow's deadlines are read against. Nil means time.Now.
 	Now func() time.Time
+	// Identities says the policy has identities (spec.identities): a task in any cgroup
+	// below Cgroup (an identity's) may then connect only to the listeners, through the
+	// transparent redirect, to its own loopback and to protocol tcp ranges, never straight
+	// to an address the allow map or an http rule's cidrs hold, since only the sidecar
+	// applies an identity's rules (DenyIdentity). False treats every task alike.
+	Identities bool
+
+	cgid uint64 // Cgroup's id, set by Open
 }
 
 var sandboxName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)

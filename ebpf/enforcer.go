@@ -131,16 +131,13 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if cfg, err = cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkEnforcedCgroup(&cfg); err != nil {
+		return nil, err
+	}
 	e := &Enforcer{cfg: cfg, log: cfg.Logger, dir: filepath.Join(cfg.PinRoot, PinDirName(cfg.Sandbox))}
 	if e.log == nil {
 		e.log = logrus.New()
 		e.log.SetOutput(io.Discard)
-	}
-	if err := checkCgroup2(cfg.Cgroup); err != nil {
-		return nil, err
-	}
-	if err := checkNotRoot(cfg.Cgroup); err != nil {
-		return nil, err
 	}
 	exempt, err := exemptionOf(cfg)
 	if err != nil {
@@ -224,7 +221,7 @@ func (e *Enforcer) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events, "exempt": m.Exempt,
 		"listeners": m.Listeners, "marks": m.Marks, "meta": m.Meta, "orig_cookie": m.OrigCookie,
-		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports,
+		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports, "conn_cg": m.ConnCg, "peer_cg": m.PeerCg,
 	}
 }
 
@@ -300,6 +297,20 @@ func cgroupID(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
+// checkEnforcedCgroup checks that cfg.Cgroup is a cgroup v2 directory other than the root,
+// and records its id (the config map's open_cgid).
+func checkEnforcedCgroup(cfg *Config) error {
+	if err := checkCgroup2(cfg.Cgroup); err != nil {
+		return err
+	}
+	if err := checkNotRoot(cfg.Cgroup); err != nil {
+		return err
+	}
+	id, err := cgroupID(cfg.Cgroup)
+	cfg.cgid = id
+	return err
+}
+
 // checkCgroup2 checks that path is a directory on a cgroup v2 filesystem.
 func checkCgroup2(path string) error {
 	var st unix.Statfs_t
@@ -326,6 +337,18 @@ func (e *Enforcer) SetReport(report bool) error {
 	e.cfgMu.Lock()
 	defer e.cfgMu.Unlock()
 	e.cfg.Report = report
+	if err := e.objs.Config.Put(uint32(0), settings(&e.cfg)); err != nil {
+		return fmt.Errorf("update config map: %w", err)
+	}
+	return nil
+}
+
+// SetIdentities switches Config.Identities on or off (on a policy reload that adds or
+// removes spec.identities).
+func (e *Enforcer) SetIdentities(on bool) error {
+	e.cfgMu.Lock()
+	defer e.cfgMu.Unlock()
+	e.cfg.Identities = on
 	if err := e.objs.Config.Put(uint32(0), settings(&e.cfg)); err != nil {
 		return fmt.Errorf("update config map: %w", err)
 	}

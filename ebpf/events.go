@@ -38,9 +38,10 @@ const (
 	DenyProtocol       DenyReason = "protocol_not_allowed" // raw, packet, ICMP, SCTP ... socket
 	DenyUDP            DenyReason = "udp_not_allowed"      // UDP to anything but the DNS filter
 	DenyNoTransparent6 DenyReason = "no_ipv6_transparent"  // IPv6 to a redirected port, no IPv6 listener
+	DenyIdentity       DenyReason = "identity_direct"      // an identity's task connecting around the sidecar
 )
 
-var reasonNames = map[uint8]DenyReason{1: DenyNotAllowed, 2: DenyExpired, 3: DenyProtocol, 4: DenyUDP, 5: DenyNoTransparent6}
+var reasonNames = map[uint8]DenyReason{1: DenyNotAllowed, 2: DenyExpired, 3: DenyProtocol, 4: DenyUDP, 5: DenyNoTransparent6, 6: DenyIdentity}
 
 // DenyEvent is one denial the kernel reported.
 type DenyEvent struct {

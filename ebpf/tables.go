@@ -21,6 +21,7 @@ const (
 	cfgTransparent6 = 2
 	cfgReport       = 4
 	cfgLoopback     = 8
+	cfgIdentities   = 16
 )
 
 // cidrPorts is CIDR_PORTS of bpf/airlock.h: the most ports one range can carry.
@@ -134,6 +135,10 @@ func settings(cfg *Config) airlockSettings {
 	if cfg.OwnLoopback {
 		s.Flags |= cfgLoopback
 	}
+	if cfg.Identities {
+		s.Flags |= cfgIdentities
+	}
+	s.OpenCgid = cfg.cgid
 	t := cfg.Transparent
 	if t == nil {
 		return s

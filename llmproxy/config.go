@@ -65,6 +65,10 @@ type Config struct {
 	// MaxBodyBytes caps a request body; larger ones get 413. Zero means DefaultMaxBodyBytes
 	// (32 MiB).
 	MaxBodyBytes int64
+	// Identities tells which identity of the policy made each call's connection: the call
+	// gets that identity's models. Nil (or a policy without spec.identities) means every
+	// call gets the policy's.
+	Identities Identities
 }
 
 // Defaults of Config and policy.Provider fields.

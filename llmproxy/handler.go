@@ -39,15 +39,27 @@ type exchange struct {
 	clamped int64
 	// count counts output text for a cut stream (the route's tokenizer, or bytes).
 	count func(string) int64
+
+	// idBudget and idHold are the call's identity's budget and reservation (nil for the
+	// sandbox's own calls): every call is charged to both.
+	idBudget *Budget
+	idHold   *Hold
 }
 
 // serveCall is one model call: parse → route → reserve → key → dispatch → pass through →
 // settle → audit.
 func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, ep endpoint) {
-	x := &exchange{p: p, ep: ep, start: p.now(), table: p.table()}
+	x := &exchange{p: p, ep: ep, start: p.now()}
+	var identity string
+	var iderr *apiError
+	x.table, identity, iderr = p.tableFor(r)
 	x.ev = audit.Event{Kind: audit.KindLLM, Decision: audit.DecisionAllow, Method: r.Method, Path: r.URL.Path,
-		Client: r.RemoteAddr, Policy: x.table.pol.Name()}
+		Client: r.RemoteAddr, Policy: x.table.pol.Name(), Identity: identity}
 	defer x.finish()
+	if iderr != nil {
+		x.refuse(w, iderr, policy.ReasonIdentityUnknown)
+		return
+	}
 
 	c, aerr := p.readCall(w, r, ep)
 	if aerr != nil {
@@ -210,6 +222,11 @@ func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int6
 		x.refuse(w, e, reason)
 		return 0, false
 	}
+	granted, ok := x.reserveIdentity(w, ask, hold, func() int64 { return x.countedInput(bounds, cands) })
+	if !ok {
+		return 0, false
+	}
+	hold.Out = granted
 	x.hold, x.id, x.inBound = hold, newCallID(), ask.In
 	x.p.cfg.Ledger.Append(Record{Kind: RecordReserve, ID: x.id, Sandbox: "", Model: rt.name, Provider: rt.provider,
 		Input: ask.In, Output: hold.Tokens - ask.In, CostNano: hold.Nano})
@@ -403,6 +420,9 @@ func (x *exchange) finish() {
 	}
 	if x.hold != nil {
 		p.budget.Settle(x.hold, x.in+x.out, nano)
+		if x.idHold != nil {
+			x.idBudget.Settle(x.idHold, x.in+x.out, nano)
+		}
 		p.cfg.Ledger.Append(Record{Kind: RecordSettle, ID: x.id, Model: x.route.name, Provider: x.route.provider,
 			Input: x.in, Output: x.out, CostNano: nano, Status: x.ev.Status, Estimated: x.estimated})
 		p.updateRemaining(x.table)

@@ -65,6 +65,7 @@ type env struct {
 	audit     *auditSink
 	keys      mapKeys
 	stopFn    func()
+	ids       Identities
 }
 
 // auditSink collects audit lines; while full is set its writes fail as on a full disk.
@@ -116,6 +117,7 @@ type setup struct {
 	backupURL         string
 	now               func() time.Time // the proxy's clock; nil means time.Now
 	admit             func() error     // Config.Admit
+	identities        Identities       // Config.Identities; nil means none
 }
 
 func newEnv(t testing.TB, s setup) *env {
@@ -145,7 +147,7 @@ func newEnv(t testing.TB, s setup) *env {
 		e.stateDir = t.TempDir()
 	}
 	e.keys = mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}
-	e.now, e.admit = s.now, s.admit
+	e.now, e.ids, e.admit = s.now, s.identities, s.admit
 	e.start(pol)
 	return e
 }
@@ -161,7 +163,7 @@ func (e *env) start(pol *policy.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now, Admit: e.admit})
+	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now, Admit: e.admit, Identities: e.ids})
 	if err != nil {
 		t.Fatal(err)
 	}

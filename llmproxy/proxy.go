@@ -24,6 +24,7 @@ type Proxy struct {
 	budget       *Budget
 	tok          *tokenizers
 	routes       routesCache
+	idRoutes     identityRoutes
 	transports   *transports
 	metrics      *metrics
 	backoff      time.Duration
@@ -121,7 +122,15 @@ func (p *Proxy) serveNotFound(w http.ResponseWriter, r *http.Request) {
 // serveModels lists the policy's models: the Anthropic format when the caller sends
 // anthropic-version (the Anthropic SDKs do), else the OpenAI format.
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) {
-	t := p.table()
+	t, _, iderr := p.tableFor(r)
+	if iderr != nil {
+		f := familyOpenAI
+		if r.Header.Get("Anthropic-Version") != "" {
+			f = familyAnthropic
+		}
+		iderr.write(w, f)
+		return
+	}
 	anthropic := r.Header.Get("Anthropic-Version") != ""
 	item := func(name string) map[string]any {
 		rt := t.models[name]

@@ -42,6 +42,9 @@ type routeTable struct {
 	names      []string // model names in policy order
 	budget     policy.Budget
 	logPrompts bool
+	// own is an identity's own budget caps (spec.identities.NAME.llm.budget), charged
+	// beside budget, the sandbox's; zero for the sandbox's own calls.
+	own policy.Budget
 }
 
 // routesCache holds the table of the policy in force, rebuilt when the policy changes.

@@ -101,6 +101,9 @@ type Decision struct {
 	// Ask is the ID of the open ask about this request, on a denial with
 	// ReasonApprovalPending or ReasonApprovalDenied (set by package approval); else empty.
 	Ask string
+	// Identity is the spec.identities name of the policy that decided (Policy.IdentityName);
+	// empty for the sandbox's own.
+	Identity string
 }
 
 // Allowed reports whether the verdict is Allow.

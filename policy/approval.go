@@ -348,6 +348,9 @@ type GrantRule struct {
 	ID    string
 	Host  string // a normalised host name
 	Ports []int
+	// Identity is the spec.identities name the grant serves; "" serves the sandbox's own
+	// policy only. A grant never serves another identity.
+	Identity string
 }
 
 // GrantRulePrefix starts the rule name of a decision a grant allowed.
@@ -355,14 +358,24 @@ const GrantRulePrefix = "grant:"
 
 // WithGrants returns a copy of p whose rules end with one rule per grant: the host on the
 // grant's ports, protocol http, every method and path. A grant with an invalid host or no
-// port is skipped. p is unchanged.
+// port is skipped. Each grant goes to the policy of its identity (GrantRule.Identity):
+// the sandbox's own, or one of p's identity policies. p is unchanged.
 func (p *Policy) WithGrants(gs []GrantRule) *Policy {
 	if len(gs) == 0 {
 		return p
 	}
 	q := *p
 	q.rules = slices.Clone(p.rules)
+	if len(p.identities) > 0 {
+		q.identities = make(map[string]*Policy, len(p.identities))
+		for name, ip := range p.identities {
+			q.identities[name] = ip.WithGrants(slices.DeleteFunc(slices.Clone(gs), func(g GrantRule) bool { return g.Identity != name }))
+		}
+	}
 	for _, g := range gs {
+		if g.Identity != p.identity {
+			continue
+		}
 		h, err := NormalizeHost(g.Host)
 		if err != nil || h.IsIP() || len(g.Ports) == 0 {
 			continue

@@ -23,6 +23,9 @@ type TestCase struct {
 	Expect string `yaml:"expect"`
 	// Rule, when set, is the rule that must decide.
 	Rule string `yaml:"rule"`
+	// Identity, when set, decides the request with that identity's policy
+	// (spec.identities); empty means the sandbox's own.
+	Identity string `yaml:"identity"`
 	// Line is the case's line in its file.
 	Line int `yaml:"-"`
 }
@@ -101,6 +104,9 @@ func (p *Policy) Check(tc TestCase) string {
 		method = "GET"
 	}
 	label := fmt.Sprintf("%s %s", strings.ToUpper(method), tc.URL)
+	if tc.Identity != "" {
+		label += " as " + tc.Identity
+	}
 	if tc.Name != "" {
 		label = tc.Name + " (" + label + ")"
 	}
@@ -108,7 +114,15 @@ func (p *Policy) Check(tc TestCase) string {
 	if err != nil {
 		return fmt.Sprintf("%s: url: %v", label, err)
 	}
-	d := p.DecideAddr(req)
+	pol := p
+	if tc.Identity != "" {
+		ip, ok := p.Identity(tc.Identity)
+		if !ok {
+			return fmt.Sprintf("%s: identity %q is not in spec.identities of policy %q", label, tc.Identity, p.name)
+		}
+		pol = ip
+	}
+	d := pol.DecideAddr(req)
 	got := "allow"
 	if !d.Allowed() || d.WouldDeny {
 		got = "deny"

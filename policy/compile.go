@@ -77,12 +77,17 @@ func (d *decoder) errorAtf(field, posPath, format string, args ...any) {
 
 // compileRules compiles spec.egress of a document written by policy origin.
 func compileRules(d *decoder, rules []Rule, origin string) []*rule {
+	return compileRulesAt(d, rules, origin, "spec.egress")
+}
+
+// compileRulesAt compiles a list of rules at field path base.
+func compileRulesAt(d *decoder, rules []Rule, origin, base string) []*rule {
 	out := make([]*rule, 0, len(rules))
 	first := make(map[string]int, len(rules))
 	for i, r := range rules {
-		path := joinIndex("spec.egress", i)
+		path := joinIndex(base, i)
 		if j, dup := first[r.Name]; dup && r.Name != "" {
-			d.errorf(path+".name", "duplicate rule name %q (first at spec.egress[%d]); rule names must be unique", r.Name, j)
+			d.errorf(path+".name", "duplicate rule name %q (first at %s); rule names must be unique", r.Name, joinIndex(base, j))
 		} else {
 			first[r.Name] = i
 		}

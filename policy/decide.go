@@ -26,6 +26,7 @@ func (p *Policy) Decide(r Request) Decision {
 // applyMode turns a deny into a reported allow in report mode, and with
 // spec.report.interceptAll asks for every connection to be intercepted.
 func (p *Policy) applyMode(d Decision) Decision {
+	d.Identity = p.identity
 	if p.mode == ModeReport && d.Verdict == Deny {
 		d.Verdict, d.WouldDeny = Allow, true
 	}

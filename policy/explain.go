@@ -25,6 +25,8 @@ type Explanation struct {
 	// Grant is the ID of the operator's grant that allows the request (spec.approval), when
 	// the policy was given its grants (WithGrants); empty when a written rule decides.
 	Grant string `json:"grant,omitempty"`
+	// Identity is the spec.identities name whose policy decided; empty for the sandbox's own.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Explain decides the request for rawURL and method the way the sidecar would (DecideAddr)
@@ -39,7 +41,7 @@ func (p *Policy) Explain(rawURL, method string) (Explanation, error) {
 	ex := Explanation{
 		URL: rawURL, Method: req.Method, Decision: d.Verdict.String(), WouldDeny: d.WouldDeny,
 		Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail, Host: d.Host, Port: d.Port,
-		Intercept: d.Intercept, Secrets: d.Secrets, Grant: d.Grant,
+		Intercept: d.Intercept, Secrets: d.Secrets, Grant: d.Grant, Identity: p.identity,
 	}
 	if ex.Secrets == nil {
 		ex.Secrets = []string{}
@@ -57,6 +59,9 @@ func (ex Explanation) String() string {
 	}
 	fmt.Fprintf(&b, "decision:  %s\n", decision)
 	fmt.Fprintf(&b, "request:   %s %s (host %s, port %d)\n", ex.Method, ex.URL, ex.Host, ex.Port)
+	if ex.Identity != "" {
+		fmt.Fprintf(&b, "identity:  %s\n", ex.Identity)
+	}
 	rule := ex.Rule
 	if rule == "" {
 		rule = "(none)"

@@ -103,6 +103,7 @@ func (l *loader) parse(source string, data []byte, chain []string) (*Policy, err
 	inheritApproval(d, p, doc.Spec.Approval, never)
 	p.usage = inheritUsage(d, p.parents, doc.Spec.Usage)
 	validateRefs(d, &doc, p.secrets, p.llm.Providers)
+	compileIdentities(d, p, doc.Spec.Identities)
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)
 	}

@@ -26,6 +26,10 @@ type Policy struct {
 	usage   UsageConfig
 	never   []hostPattern
 	parents []*Policy
+	// identity is the spec.identities name this policy is for, "" for the sandbox's own;
+	// identities are the sandbox policy's identity policies (nil in an identity's).
+	identity   string
+	identities map[string]*Policy
 }
 
 // Name returns metadata.name.

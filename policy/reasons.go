@@ -44,6 +44,7 @@ const (
 	ReasonUnknownProtocol     Reason = "unknown_protocol"              // a transparent connection speaks neither TLS nor HTTP
 	ReasonTunnelHTTP          Reason = "http_in_tunnel"                // cleartext HTTP in a passthrough CONNECT tunnel
 	ReasonTunnelLimit         Reason = "tunnel_limit"                  // MaxTunnels tunnels are open already (429)
+	ReasonIdentityUnknown     Reason = "identity_unknown"              // the connection's cgroup is not one of the policy's identities
 )
 
 // Reasons of the proxy's failures: an allowed request that could not be completed.
@@ -113,6 +114,7 @@ const (
 	ReasonKernelProtocol       Reason = "kernel_protocol_not_allowed"
 	ReasonKernelUDP            Reason = "kernel_udp_not_allowed"
 	ReasonKernelNoTransparent6 Reason = "kernel_no_ipv6_transparent"
+	ReasonKernelIdentity       Reason = "kernel_identity_direct"
 )
 
 // KernelReason is the reason code of a kernel deny event whose kernel reason (an
@@ -184,6 +186,8 @@ var reasonCatalogue = []ReasonInfo{
 		"resolve the name through the sandbox's DNS filter and connect to an address it returned"},
 	{ReasonOriginalDstUnknown, EmitProxy, http.StatusForbidden, "the original destination of a transparent connection could not be read",
 		"use the explicit proxy (HTTPS_PROXY); see the sidecar log"},
+	{ReasonIdentityUnknown, EmitProxy, http.StatusForbidden, "the kernel does not say which identity (spec.identities) made the connection, or its cgroup maps to none",
+		"run the command with airlock sandbox exec --as NAME, NAME an identity of the policy, or without --as for the sandbox's own"},
 	{ReasonSNIMissing, EmitProxy, http.StatusForbidden, "a TLS ClientHello names no server where no rule allows that",
 		"connect by name with SNI, or ask the policy owner for allowMissingSNI on the rule"},
 	{ReasonBadClientHello, EmitProxy, http.StatusForbidden, "TLS bytes the proxy cannot classify: a ClientHello that does not parse, other records before or among it, SSLv2, ECH",
@@ -271,6 +275,8 @@ var reasonCatalogue = []ReasonInfo{
 		"use the DNS filter for DNS and TCP for everything else (no QUIC)"},
 	{ReasonKernelNoTransparent6, EmitKernel, 0, "the kernel refused IPv6 to a redirected port with no IPv6 transparent listener",
 		"connect over IPv4, or use the explicit proxy"},
+	{ReasonKernelIdentity, EmitKernel, 0, "the kernel refused a process of an identity (spec.identities) a connection around the sidecar: only the sidecar applies an identity's rules",
+		"go through the proxy (HTTPS_PROXY) or the transparent ports; protocol: tcp rules are reachable directly"},
 }
 
 // reasonIndex maps a code to its entry.

@@ -59,6 +59,10 @@ type Spec struct {
 	// Usage meters the sandbox's compute, memory and network, prices them and caps them
 	// (see UsageConfig). Zero means metering every 10s, no prices, no caps.
 	Usage UsageConfig `yaml:"usage"`
+	// Identities maps an identity name to a profile that narrows this policy for the
+	// processes of that identity (`airlock sandbox exec --as NAME`; see Identity). Nil
+	// means the sandbox has one identity: its own.
+	Identities map[string]Identity `yaml:"identities"`
 }
 
 // ReportConfig configures report mode, for recording the traffic `airlock policy learn`

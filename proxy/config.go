@@ -122,6 +122,10 @@ type Config struct {
 	// Approvals holds plain misses while the operator is asked. Nil means a miss is denied
 	// at once.
 	Approvals Approvals
+	// Identities tells which identity of the policy made each accepted connection; its
+	// requests are decided by that identity's policy. Nil (or a policy without
+	// spec.identities) means every request is decided by the policy in force.
+	Identities Identities
 	// Logger receives operational logs (never secrets, header values or bodies). Nil
 	// discards them.
 	Logger *logrus.Logger

@@ -48,6 +48,9 @@ type origin struct {
 // settle decides req and passes the decision through the approval stage. A miss the stage may
 // hold is held only while the client is still there.
 func (x *exchange) settle(r *http.Request, req policy.Request) (*policy.Policy, policy.Decision) {
+	if x.unknown != nil { // the connection's identity cannot be told (identity.go)
+		return x.p.decide(r.Context(), x.pol, x.unknown, req, "http")
+	}
 	d := x.pol.Decide(req)
 	ctx := r.Context()
 	if x.o.watchClient != nil && x.p.cfg.Approvals != nil && d.Reason == policy.ReasonNoRule {
@@ -107,6 +110,9 @@ type exchange struct {
 	down   atomic.Int64
 	ws     *wsUpgrade // a WebSocket handshake being forwarded (checkUpgrade), or nil
 
+	// unknown refuses every request of a connection whose identity cannot be told (policyFor).
+	unknown *policy.Decision
+
 	// mu guards the fields below, which the transport's goroutines also set.
 	mu       sync.Mutex
 	status   int
@@ -126,8 +132,9 @@ func (p *Proxy) onRequest(r *http.Request, gctx *goproxy.ProxyCtx) (*http.Reques
 	if o == nil { // a request that did not come through our listeners: fail closed
 		return r, failResponse(r, policy.ReasonNotProxyRequest, "", 0)
 	}
-	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
+	x := &exchange{p: p, o: o, at: p.cfg.Now(), start: time.Now(),
 		method: r.Method, path: r.URL.EscapedPath(), host: r.URL.Host, dest: r.URL.Host, reqID: requestID(r.Header)}
+	x.pol, x.unknown = p.policyFor(o.client)
 	gctx.RoundTripper = x
 	return r, x.record(r, x.admit(r))
 }

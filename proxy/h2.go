@@ -114,8 +114,9 @@ func (p *Proxy) h2Handler(t *tunnel, conn net.Conn, h http.Handler) http.Handler
 // refuseRequest answers r with the denial d and audits it, for a request refused before
 // goproxy sees it.
 func (p *Proxy) refuseRequest(w http.ResponseWriter, r *http.Request, o *origin, d policy.Decision) {
-	x := &exchange{p: p, o: o, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(),
+	x := &exchange{p: p, o: o, at: p.cfg.Now(), start: time.Now(),
 		method: r.Method, path: r.URL.EscapedPath(), host: r.Host, dest: r.Host}
+	x.pol, _ = p.policyFor(o.client)
 	resp := x.deny(r, d)
 	defer resp.Body.Close()
 	for k, v := range resp.Header {

@@ -93,7 +93,7 @@ func (x *exchange) event(decision string, d policy.Decision) audit.Event {
 		Reason: string(d.Reason), Detail: d.Detail, Destination: x.dest, Addr: x.addr,
 		Method: x.method, Path: x.path, Status: x.status, BytesUp: x.up.Load(),
 		BytesDown: x.down.Load(), Duration: time.Since(x.start), Secrets: x.secrets, Client: x.o.client,
-		Policy: x.pol.Name(), Error: x.errText, RequestID: x.reqID}
+		Policy: x.pol.Name(), Identity: x.pol.IdentityName(), Error: x.errText, RequestID: x.reqID}
 }
 
 // recordDecision writes an allowed tunnel's decision event before anything is dialled or
@@ -149,5 +149,5 @@ func (t *tunnel) event(decision string, d policy.Decision) audit.Event {
 	return audit.Event{Time: t.at, Kind: audit.KindConnect, Decision: decision, Rule: d.Rule,
 		Reason: string(d.Reason), Detail: d.Detail, Destination: t.dest, Addr: t.addr,
 		Status: t.status, BytesUp: t.up.Load(), BytesDown: t.down.Load(), Duration: time.Since(t.start),
-		Client: t.client, Policy: t.pol.Name(), Error: t.errText, RequestID: t.reqID}
+		Client: t.client, Policy: t.pol.Name(), Identity: t.pol.IdentityName(), Error: t.errText, RequestID: t.reqID}
 }

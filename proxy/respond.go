@@ -41,6 +41,8 @@ type deniedBody struct {
 	Remedy string `json:"remedy,omitempty"`
 	// Policy names the policy that denied, so an agent can report who to ask (additive).
 	Policy string `json:"policy,omitempty"`
+	// Identity names the identity (spec.identities) whose policy denied (additive).
+	Identity string `json:"identity,omitempty"`
 	// Approval names the operator's ask about the request, on approval_pending and
 	// approval_denied (additive).
 	Approval *approvalRef `json:"approval,omitempty"`
@@ -76,7 +78,10 @@ func denyResponse(req *http.Request, d policy.Decision, pol *policy.Policy, host
 	}
 	body := deniedBody{
 		Error: codeDenied, Host: host, Port: port, Rule: d.Rule, Reason: string(d.Reason), Detail: d.Detail,
-		Remedy: d.Reason.Remedy(), Policy: policyName(pol),
+		Remedy: d.Reason.Remedy(), Policy: policyName(pol), Identity: d.Identity,
+	}
+	if body.Identity == "" && pol != nil {
+		body.Identity = pol.IdentityName()
 	}
 	retry := ""
 	switch {

@@ -41,6 +41,9 @@ type tunnel struct {
 	up     atomic.Int64
 	down   atomic.Int64
 
+	// unknown refuses every request of a connection whose identity cannot be told (policyFor).
+	unknown *policy.Decision
+
 	// mu guards the fields below.
 	mu       sync.Mutex
 	status   int
@@ -59,10 +62,11 @@ func (p *Proxy) newTunnel(kind string, client net.Addr) *tunnel {
 
 // newTunnelID starts the bookkeeping of a tunnel from client with request id reqID.
 func (p *Proxy) newTunnelID(kind string, client net.Addr, reqID string) *tunnel {
-	t := &tunnel{p: p, kind: kind, pol: p.cfg.Policy.Current(), at: p.cfg.Now(), start: time.Now(), reqID: reqID}
+	t := &tunnel{p: p, kind: kind, at: p.cfg.Now(), start: time.Now(), reqID: reqID}
 	if client != nil {
 		t.client = client.String()
 	}
+	t.pol, t.unknown = p.policyFor(t.client)
 	return t
 }
 
@@ -391,7 +395,7 @@ func (b *countingBody) Close() error {
 // nil when the tunnel may open, holding a slot the caller releases, or the response that
 // refuses it.
 func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http.Response {
-	t.pol, t.d = p.settle(context.Background(), t.pol, req, t.pol.Decide(req), t.kind)
+	t.pol, t.d = p.decide(context.Background(), t.pol, t.unknown, req, t.kind)
 	t.host, t.port = t.d.Host, req.Port
 	if t.host == "" {
 		t.host = req.Host

@@ -29,6 +29,11 @@ type ExecOptions struct {
 	// Pass lists what --env gives the command: "KEY=VALUE", or "KEY" for the caller's value
 	// of KEY (nothing when the caller has none). They override the baseline and the env file.
 	Pass []string
+	// As runs the command as this identity of the sandbox's policy (spec.identities): in
+	// the identity's cgroup below the sandbox's and as its own uid and gid inside
+	// (identity_linux.go); UID and GID must then be -1. Empty means the sandbox's own
+	// identity, in the sandbox's cgroup.
+	As string
 }
 
 // Command prepares argv to run inside sandbox name's container through its OCI runtime
@@ -37,15 +42,29 @@ type ExecOptions struct {
 // and calls StartCommand and Wait; the runtime's exit status is the command's (128+N for a
 // death by signal N), and it passes on the signals it gets.
 func (m *Manager) Command(name string, argv []string, o ExecOptions) (*exec.Cmd, *State, error) {
-	st, proc, err := m.prepareExec(name, argv, o)
+	st, proc, sub, err := m.prepareExec(name, argv, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	args := runtimeArgs(st.Container, "exec", "--process", "/proc/self/fd/3", st.Container.ID)
+	args := runtimeArgs(st.Container, execArgs(st, sub, "/proc/self/fd/3")...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.ExtraFiles = []*os.File{proc}
 	cmd.Env = []string{"PATH=" + defaultPath}
+	if sub != "" {
+		st.identityCgroup = sub
+	}
 	return cmd, st, nil
+}
+
+// execArgs are the runtime's `exec` arguments for the process description at procPath: in
+// the identity cgroup sub below each of the container's cgroups when sub is set (runc's
+// --cgroup; when airlock places the container itself, placementIn does it instead).
+func execArgs(st *State, sub, procPath string) []string {
+	args := []string{"exec"}
+	if sub != "" && !st.Container.SelfCgroups {
+		args = append(args, "--cgroup", sub)
+	}
+	return append(args, "--process", procPath, st.Container.ID)
 }
 
 // OnceCommand prepares argv to run as sandbox name's container (created with
@@ -104,7 +123,7 @@ while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done`
 // StartCommand starts cmd (from Command) inside the sandbox's network namespace and closes
 // the process description it passes.
 func StartCommand(cmd *exec.Cmd, st *State) error {
-	err := startPlaced(cmd, placementOf(st))
+	err := startPlaced(cmd, placementIn(st, st.identityCgroup))
 	for _, f := range cmd.ExtraFiles {
 		f.Close()
 	}
@@ -116,16 +135,16 @@ func StartCommand(cmd *exec.Cmd, st *State) error {
 // and signals are then the command's own). It returns only on failure, and then this thread
 // may be in the sandbox's network namespace: the caller should only report and exit.
 func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
-	st, proc, err := m.prepareExec(name, argv, o)
+	st, proc, sub, err := m.prepareExec(name, argv, o)
 	if err != nil {
 		return err
 	}
-	args := runtimeArgs(st.Container, "exec", "--process", fmt.Sprintf("/proc/self/fd/%d", proc.Fd()), st.Container.ID)
+	args := runtimeArgs(st.Container, execArgs(st, sub, fmt.Sprintf("/proc/self/fd/%d", proc.Fd()))...)
 	// The memory file must survive the exec; Fd() made it blocking, and nothing else is set.
 	if _, err := unix.FcntlInt(proc.Fd(), unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("pass the process file: %w", err)
 	}
-	p := placementOf(st)
+	p := placementIn(st, sub)
 	// This thread execs the runtime where p says; it is never handed back to the Go scheduler.
 	runtime.LockOSThread()
 	if p.cgroup2 != "" {
@@ -143,40 +162,45 @@ func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
 	return fmt.Errorf("exec %s: %w", args[0], err)
 }
 
-// prepareExec checks the sandbox and writes the runtime's process description of argv.
-func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (*State, *os.File, error) {
+// prepareExec checks the sandbox and writes the runtime's process description of argv. sub
+// is the identity cgroup's directory name with o.As ("" without).
+func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (st *State, f *os.File, sub string, err error) {
 	if len(argv) == 0 {
-		return nil, nil, errors.New("no command to run")
+		return nil, nil, "", errors.New("no command to run")
 	}
-	st, err := m.Store.Load(name)
-	if err != nil {
-		return nil, nil, err
+	if st, err = m.Store.Load(name); err != nil {
+		return nil, nil, "", err
 	}
-	if st.Phase != PhaseReady {
-		return nil, nil, fmt.Errorf("sandbox %s is %s, not ready (reap or delete it)", name, st.Phase)
+	switch {
+	case st.Phase != PhaseReady:
+		return nil, nil, "", fmt.Errorf("sandbox %s is %s, not ready (reap or delete it)", name, st.Phase)
+	case st.Container == nil:
+		return nil, nil, "", fmt.Errorf("sandbox %s has no container (made by an older airlock): delete and create it again", name)
+	case st.Container.Once:
+		return nil, nil, "", fmt.Errorf("sandbox %s runs one command (exec --ephemeral), not more", name)
+	case o.UID >= IDRangeSize || o.GID >= IDRangeSize:
+		return nil, nil, "", fmt.Errorf("--user %d:%d: the sandbox maps uids and gids 0-%d", o.UID, o.GID, IDRangeSize-1)
+	case o.As != "" && (o.UID >= 0 || o.GID >= 0):
+		return nil, nil, "", fmt.Errorf("--as %s: an identity runs as its own uid; leave out --user", o.As)
 	}
-	if st.Container == nil {
-		return nil, nil, fmt.Errorf("sandbox %s has no container (made by an older airlock): delete and create it again", name)
-	}
-	if st.Container.Once {
-		return nil, nil, fmt.Errorf("sandbox %s runs one command (exec --ephemeral), not more", name)
-	}
-	if o.UID >= IDRangeSize || o.GID >= IDRangeSize {
-		return nil, nil, fmt.Errorf("--user %d:%d: the sandbox maps uids and gids 0-%d", o.UID, o.GID, IDRangeSize-1)
+	if o.As != "" {
+		if o.UID, sub, err = m.prepareIdentity(st, o.As); err != nil {
+			return nil, nil, "", err
+		}
+		o.GID = o.UID
 	}
 	if err := checkExecUser(st.Container, o.UID, o.GID); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	_, tty := isTerminal(os.Stdin)
 	data, err := execProcess(st.Container, argv, execEnv(st, o), o.UID, o.GID, tty)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	f, err := processFile(data)
-	if err != nil {
-		return nil, nil, err
+	if f, err = processFile(data); err != nil {
+		return nil, nil, "", err
 	}
-	return st, f, nil
+	return st, f, sub, nil
 }
 
 // isTerminal reports whether f is a terminal.

@@ -52,6 +52,21 @@ func placementOf(st *State) placement {
 	return p
 }
 
+// placementIn is placementOf(st) in the identity cgroup sub below the sandbox's ("": the
+// sandbox's own). Only where airlock places the container itself does the placement name
+// cgroups; runc enters sub itself (exec --cgroup).
+func placementIn(st *State, sub string) placement {
+	p := placementOf(st)
+	if sub == "" || p.cgroup2 == "" {
+		return p
+	}
+	p.cgroup2 = filepath.Join(p.cgroup2, sub)
+	for i, d := range p.v1 {
+		p.v1[i] = filepath.Join(d, sub)
+	}
+	return p
+}
+
 // runContainer creates and starts st's container from its bundle, detached, with the runtime
 // started where placementOf says (making the v1 cgroups first when airlock places it); the
 // runtime's output goes to logFile, whose last lines an error quotes.

@@ -65,6 +65,12 @@ type State struct {
 	// `exec --ephemeral` that waits for the sandbox's one command, not a process of its own.
 	SupervisorInProcess bool `json:"supervisor_in_process,omitempty"`
 	Kernel              bool `json:"kernel"` // eBPF enforcement attached
+
+	// IdentityUIDs is the uid (and gid) inside of each identity `exec --as` has run
+	// (identity_linux.go); an identity keeps its uid for the sandbox's life.
+	IdentityUIDs map[string]int `json:"identity_uids,omitempty"`
+	// identityCgroup is the identity cgroup Command placed its command in, for StartCommand.
+	identityCgroup string
 }
 
 // Limits are the container's cgroup resource limits, set by the OCI runtime on whichever

@@ -70,19 +70,19 @@ func approvalsList(fixed *string, args []string, stdout, stderr io.Writer) error
 		return cli.WriteJSON(stdout, map[string]any{"asks": asks, "grants": grants})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ASK\tSTATUS\tDESTINATION\tVIA\tREQUEST\tMISSES\tAGE\tEXPIRES IN")
+	fmt.Fprintln(tw, "ASK\tSTATUS\tDESTINATION\tVIA\tREQUEST\tMISSES\tAGE\tEXPIRES IN\tIDENTITY")
 	now := time.Now()
 	for _, a := range asks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%d\t%s\t%s\n", a.ID, a.Status, a.Destination(), a.Via, a.Method, a.Path,
-			a.Misses, cli.Age(now.Sub(a.Created)), cli.Age(a.Expires.Sub(now)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\t%d\t%s\t%s\t%s\n", a.ID, a.Status, a.Destination(), a.Via, a.Method, a.Path,
+			a.Misses, cli.Age(now.Sub(a.Created)), cli.Age(a.Expires.Sub(now)), identityOr(a.Identity))
 	}
-	fmt.Fprintln(tw, "\nGRANT\tSCOPE\tHOST\tPORTS\tAPPROVER\tUNTIL\t\t")
+	fmt.Fprintln(tw, "\nGRANT\tSCOPE\tHOST\tPORTS\tAPPROVER\tUNTIL\t\t\tIDENTITY")
 	for _, g := range grants {
 		until := "-"
 		if g.Scope == approval.ScopeDuration {
 			until = g.Until.Local().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t\t\n", g.ID, g.Scope, g.Host, g.Ports, g.Approver, until)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t\t\t%s\n", g.ID, g.Scope, g.Host, g.Ports, g.Approver, until, identityOr(g.Identity))
 	}
 	return tw.Flush()
 }
@@ -206,4 +206,12 @@ func openAsks(sidecarStateDir string) int {
 		}
 	}
 	return n
+}
+
+// identityOr is an ask's or grant's identity for the table: "-" for the sandbox's own.
+func identityOr(name string) string {
+	if name == "" {
+		return "-"
+	}
+	return name
 }

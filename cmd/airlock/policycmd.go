@@ -60,7 +60,7 @@ file has an error.`, stderr)
 			fmt.Fprintln(stderr, strings.TrimSpace(err.Error()))
 			continue
 		}
-		fmt.Fprintf(stdout, "%s: ok (policy %q, mode %s, %d rules)\n", f, p.Name(), p.Mode(), len(p.Rules()))
+		fmt.Fprintf(stdout, "%s: ok (policy %q, mode %s, %d rules%s)\n", f, p.Name(), p.Mode(), len(p.Rules()), identitiesNote(p))
 	}
 	if failed > 0 {
 		return &cli.ExitError{Code: 1}
@@ -69,17 +69,19 @@ file has an error.`, stderr)
 }
 
 func policyExplain(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("policy explain", "airlock policy explain FILE --url URL [--method M] [--state-dir DIR] [--json]", `
+	fs := cli.NewFlagSet("policy explain", "airlock policy explain FILE --url URL [--method M] [--identity NAME] [--state-dir DIR] [--json]", `
 Show the decision the policy makes for one request: allow or deny, the rule, the reason, whether
 the connection would be TLS-intercepted, and the names (never the values) of the secrets that
 would be injected. The decision is made on names; at run time every address the name resolves
 to is checked as well (internal addresses are denied unless a rule names them by CIDR).
 With --state-dir, the live grants of that sidecar (spec.approval) apply too, and a decision a
-grant makes names it ("grant:ID").`, stderr)
+grant makes names it ("grant:ID"). With --identity, the request is decided with that identity's
+policy (spec.identities), as for a process started by "sandbox exec --as NAME".`, stderr)
 	rawURL := fs.String("url", "", "request URL, e.g. https://api.github.com/repos/acme/app (required)")
 	method := fs.String("method", "GET", "HTTP method")
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
 	stateDir := fs.String("state-dir", "", "a sidecar's state directory: decide with its live grants too")
+	identity := fs.String("identity", "", "decide as this identity of spec.identities (default: the sandbox's own policy)")
 	files, err := fs.ParseArgs(args, stdout, false)
 	if err != nil {
 		return err
@@ -98,6 +100,13 @@ grant makes names it ("grant:ID").`, stderr)
 			return cli.Failf("%v", err)
 		}
 		p = p.WithGrants(approval.Rules(gs))
+	}
+	if *identity != "" {
+		ip, ok := p.Identity(*identity)
+		if !ok {
+			return cli.Failf("--identity: %q is not an identity of policy %q (it has: %s)", *identity, p.Name(), identityList(p))
+		}
+		p = ip
 	}
 	ex, err := p.Explain(*rawURL, *method)
 	if err != nil {
@@ -120,7 +129,8 @@ any case fails. CASES.yaml is a list (or a map with a "cases" list) of:
     url: https://api.github.com/repos/acme/app
     method: GET                # optional, default GET
     expect: allow              # allow | deny (in report mode, "deny" matches would-deny)
-    rule: github-api           # optional: the rule that must decide`
+    rule: github-api           # optional: the rule that must decide
+    identity: reviewer         # optional: decide as this identity of spec.identities`
 
 func policyTest(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("policy test", "airlock policy test FILE --cases CASES.yaml", testCasesHelp, stderr)
@@ -193,4 +203,20 @@ writes them to placeholders.json in the state directory, at start and on each po
 		fmt.Fprintf(stdout, "%s\t%s\n", n, out[n])
 	}
 	return nil
+}
+
+// identityList names a policy's identities for an error message.
+func identityList(p *policy.Policy) string {
+	if names := p.IdentityNames(); len(names) > 0 {
+		return strings.Join(names, ", ")
+	}
+	return "no spec.identities"
+}
+
+// identitiesNote is ", identities a, b" for policy check's line, "" without identities.
+func identitiesNote(p *policy.Policy) string {
+	if names := p.IdentityNames(); len(names) > 0 {
+		return ", identities " + strings.Join(names, ", ")
+	}
+	return ""
 }

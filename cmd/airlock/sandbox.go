@@ -354,7 +354,11 @@ runtime, which passes signals on. (With --ephemeral it waits for it instead.)
 the DNS filter and the kernel's redirect of TCP 80/443 to the transparent proxy.
 --ephemeral creates sandbox NAME first (taking the create flags) and deletes it afterwards:
 one sandbox per command (the per_tool mode). With --ephemeral --image REF the command runs
-after the image's Entrypoint, and without a command the image's Cmd does (docker run IMAGE).`
+after the image's Entrypoint, and without a command the image's Cmd does (docker run IMAGE).
+--as IDENTITY runs CMD as that identity of the sandbox's policy (spec.identities): in its own
+cgroup below the sandbox's and as its own uid inside, so the sidecar decides, injects and
+audits its requests by the identity's rules, and no other identity's process can trace,
+signal or become it. Without --as, CMD is the sandbox's own identity.`
 
 func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox exec", "airlock sandbox exec [flags] NAME [--] CMD [ARGS...]", execLong, stderr)
@@ -363,35 +367,26 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	user := fs.String("user", "", "run CMD as UID[:GID] inside the sandbox, 0-65535 (default: its root, an unprivileged uid outside)")
 	ephemeral := fs.Bool("ephemeral", false, "create the sandbox for this command and delete it afterwards")
 	fs.StringVar(&c.image, "image", "", "with --ephemeral: the root filesystem's image, `REF` (an OCI layout directory, an OCI or docker-save tarball, or a registry reference); without a command, the image's Entrypoint and Cmd run")
+	as := fs.String("as", "", "run CMD as this `IDENTITY` of the policy's spec.identities (its own cgroup and uid)")
 	var pass envList
 	fs.Var(&pass, "env", "give CMD the variable `KEY=VALUE`, or KEY with this environment's value (repeatable)")
 	// Flags stop at NAME: everything after it is the command.
 	if err := fs.ParseHead(args, stdout); err != nil {
 		return err
 	}
-	rest := fs.Args()
-	if len(rest) > 0 && rest[0] == "--" {
-		rest = rest[1:]
-	}
-	if c.image != "" && !*ephemeral {
-		return cli.Failf("sandbox exec: --image needs --ephemeral (a running sandbox has its image; give it to sandbox create)")
-	}
-	// An ephemeral sandbox of an image may run the image's own command (Entrypoint, Cmd).
-	imageCmd := *ephemeral && c.image != ""
-	if len(rest) < 1 || (len(rest) < 2 && !imageCmd) {
-		fs.Usage()
-		return cli.Failf("sandbox exec: give NAME and a command")
-	}
-	name, argv := rest[0], rest[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	}
-	if len(argv) == 0 && !imageCmd {
-		return cli.Failf("sandbox exec: give a command after NAME")
+	name, argv, err := execCommand(fs, c, *ephemeral)
+	if err != nil {
+		return err
 	}
 	uid, gid, err := parseUser(*user)
 	if err != nil {
 		return err
+	}
+	switch {
+	case *as != "" && *user != "":
+		return cli.Failf("sandbox exec: --as and --user: an identity runs as its own uid; leave out --user")
+	case *as != "" && *ephemeral:
+		return cli.Failf("sandbox exec: --as needs a sandbox that outlives the command; create it first, then exec --as")
 	}
 
 	var progress io.Writer
@@ -402,7 +397,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass}
+	o := sandbox.ExecOptions{NoEnv: *noEnv, UID: uid, GID: gid, Env: os.Environ(), Pass: pass, As: *as}
 	if *ephemeral {
 		// Without a terminal the runtime creates the container with the command while the
 		// sidecar starts; with one, the command starts it (runInSandbox).
@@ -432,6 +427,31 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	}
 	code, err := runInSandbox(m, name, argv, o)
 	return exitCode(name, code, err)
+}
+
+// execCommand is the sandbox's name and the command after the flags of sandbox exec. An
+// ephemeral sandbox of an image may leave the command out: the image's Entrypoint and Cmd run.
+func execCommand(fs *cli.FlagSet, c *createFlags, ephemeral bool) (name string, argv []string, err error) {
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if c.image != "" && !ephemeral {
+		return "", nil, cli.Failf("sandbox exec: --image needs --ephemeral (a running sandbox has its image; give it to sandbox create)")
+	}
+	imageCmd := ephemeral && c.image != ""
+	if len(rest) < 1 || (len(rest) < 2 && !imageCmd) {
+		fs.Usage()
+		return "", nil, cli.Failf("sandbox exec: give NAME and a command")
+	}
+	name, argv = rest[0], rest[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 && !imageCmd {
+		return "", nil, cli.Failf("sandbox exec: give a command after NAME")
+	}
+	return name, argv, nil
 }
 
 // exitCode is the error sandbox exec returns for the command's exit code, or for err.

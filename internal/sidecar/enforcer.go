@@ -70,6 +70,9 @@ type KernelSpec struct {
 	// CIDRs are the policy's address ranges; Report its mode.
 	CIDRs  []policy.CIDRRule
 	Report bool
+	// Identities says the policy has identities: their tasks may reach only the sidecar
+	// (and protocol tcp ranges), which applies their rules.
+	Identities bool
 	// Transparent, when set, redirects TCP connections to its ports to its listener.
 	Transparent *KernelTransparent
 	// RequirePacketGuard makes attach fail when packet sockets cannot be refused.

@@ -90,6 +90,7 @@ func (k *kernel) spec() (KernelSpec, error) {
 		Listeners:          []KernelListener{{Addr: addrOf(s.sockets.proxy), Kind: ListenerProxy}},
 		CIDRs:              pol.CIDRRules(),
 		Report:             pol.Mode() == policy.ModeReport,
+		Identities:         len(pol.IdentityNames()) > 0,
 		RequirePacketGuard: cfg.packetGuardRequired(),
 		OnDeny:             s.audit.LogDenial, // a flood of kernel denials is summarised
 		Registerer:         s.reg,
@@ -184,7 +185,11 @@ func (k *kernel) applyPolicy(gen uint64, p *policy.Policy) {
 		return
 	}
 	k.gen = gen
-	if err := errors.Join(k.enf.SetCIDRs(p.CIDRRules()), k.enf.SetReport(p.Mode() == policy.ModeReport)); err != nil {
+	err := errors.Join(k.enf.SetCIDRs(p.CIDRRules()), k.enf.SetReport(p.Mode() == policy.ModeReport))
+	if pe, ok := k.enf.(peerEnforcer); ok {
+		err = errors.Join(err, pe.SetIdentities(len(p.IdentityNames()) > 0))
+	}
+	if err != nil {
 		k.s.log.WithField("error", err.Error()).Error("kernel CIDR rules not updated after policy reload")
 	}
 }

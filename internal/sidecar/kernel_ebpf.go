@@ -46,6 +46,7 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 		Logger:       spec.Logger,
 		RequireAll:   spec.RequirePacketGuard,
 		Report:       spec.Report,
+		Identities:   spec.Identities,
 	})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrInvalidConfig) {

@@ -53,6 +53,7 @@ func (l *llmComponent) start(context.Context) error {
 		Registerer: s.reg,
 		Operator:   s.operator,
 		Admit:      s.usage.admit,
+		Identities: s.identitiesOf(false),
 	})
 	if err != nil {
 		return err

@@ -34,6 +34,7 @@ func (p *proxyComponent) start(context.Context) error {
 		CA:          s.ca,
 		NameAddrs:   s.dns.nameAddrs(),
 		OriginalDst: s.kernel.originalDst(),
+		Identities:  s.identitiesOf(true),
 		Injector:    s.creds.injector(),
 		// Origins through an inspecting upstream proxy are re-signed by its CA.
 		UpstreamRoots: s.upstream.Roots(),

@@ -49,6 +49,11 @@ func main() {
 		sockets()
 	case "handle":
 		handle(arg(args))
+	case "cross":
+		if len(args) != 2 {
+			fail("cross PID UID")
+		}
+		cross(args[0], args[1])
 	default:
 		fail("unknown command " + os.Args[1])
 	}
@@ -152,6 +157,50 @@ func peek(pidArg, tag string) {
 		result(tag+"."+f, err, strings.Join(names, ","))
 	}
 	result(tag+".ptrace", unix.PtraceSeize(pid), "")
+}
+
+// cross is what one identity of a sandbox tries on another's process PID, whose uid is UID
+// (issue 34): signal 0 and SIGCONT, ptrace, take its stdin with pidfd_getfd, write its
+// memory with process_vm_writev (to address 0, which no process maps, so a permitted write
+// fails with EFAULT and changes nothing; EPERM is the refusal), become its uid, and mount a
+// cgroup2 file system to move itself.
+func cross(pidArg, uidArg string) {
+	pid, err := strconv.Atoi(pidArg)
+	if err != nil || pid <= 0 {
+		fail("cross: bad pid " + pidArg)
+	}
+	uid, err := strconv.Atoi(uidArg)
+	if err != nil || uid < 0 {
+		fail("cross: bad uid " + uidArg)
+	}
+	result("cross.signal0", unix.Kill(pid, 0), "")
+	result("cross.sigcont", unix.Kill(pid, unix.SIGCONT), "")
+	result("cross.ptrace", unix.PtraceSeize(pid), "")
+	_, err = os.ReadFile("/proc/" + pidArg + "/environ")
+	result("cross.environ", err, "")
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err == nil {
+		var fd int
+		fd, err = unix.PidfdGetfd(pfd, 0, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		unix.Close(pfd)
+	}
+	result("cross.pidfd_getfd", err, "")
+	b := []byte{0}
+	_, err = unix.ProcessVMWritev(pid, []unix.Iovec{{Base: &b[0], Len: 1}}, []unix.RemoteIovec{{Base: 0, Len: 1}}, 0)
+	result("cross.process_vm_writev", err, "")
+	result("cross.setresuid", unix.Setresuid(uid, uid, uid), "")
+	dir, err := os.MkdirTemp("", "cross")
+	if err == nil {
+		err = unix.Mount("none", dir, "cgroup2", 0, "")
+		if err == nil {
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+		}
+		os.Remove(dir)
+	}
+	result("cross.mount_cgroup2", err, "")
 }
 
 func readDirNames(dir string) ([]string, error) {

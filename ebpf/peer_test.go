@@ -1,0 +1,80 @@
+//go:build linux
+
+package ebpf
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// peerListen is a listener in the fixture's sandbox namespace the programs treat as one of
+// the sidecar's (added to the Config), whose accepted connections the tests look up.
+var peerListen = netip.MustParseAddrPort("127.0.0.1:3130")
+
+// TestPeerCgroupAndIdentityTasks: the kernel records which cgroup connected each connection
+// to a listener, a task of a cgroup below the enforced one (an identity's) reaches only the
+// listeners when Identities is set, and the enforced cgroup's own tasks are unchanged.
+func TestPeerCgroupAndIdentityTasks(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.Identities = true
+		c.Listeners = append(c.Listeners, Listener{Addr: peerListen, Proto: TCP, Kind: ListenerProxy})
+	})
+	ln, err := f.tp.Sidecar.Listen("tcp", peerListen.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	child := f.cg.Child(t, "airlock-id-reviewer")
+	own, id := f.probe(nil), f.probe(child)
+	if err := f.enf.Allow(hostA, []uint16{80}, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := own.Do(t, "connect 4 tcp 198.18.0.10:80"); got != "OK" {
+		t.Errorf("the sandbox's own task to an allowed address: %s, want OK", got)
+	}
+	if got := id.Do(t, "connect 4 tcp 198.18.0.10:80"); got != "EPERM" {
+		t.Errorf("an identity's task straight to an allowed address: %s, want EPERM", got)
+	}
+	if _, ok := f.waitDeny(func(ev DenyEvent) bool { return ev.Reason == DenyIdentity }); !ok {
+		t.Error("no identity_direct deny event")
+	}
+	if got := id.Do(t, "connect 4 tcp 198.18.1.5:5432"); got != "ECONNREFUSED" {
+		t.Errorf("an identity's task to a protocol tcp range: %s, want it let through (ECONNREFUSED)", got)
+	}
+	for _, tc := range []struct {
+		probe interface {
+			Do(testing.TB, string) string
+		}
+		path string
+	}{{own, f.cg.Path}, {id, child.Path}} {
+		want, err := CgroupID(tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tc.probe.Do(t, "hold c 4 "+peerListen.String()); got != "OK" {
+			t.Fatalf("hold a connection to the listener: %s", got)
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := c.RemoteAddr().(*net.TCPAddr).AddrPort()
+		if got, err := f.enf.PeerCgroup(peer); err != nil || got != want {
+			t.Errorf("PeerCgroup(%v) = %d, %v; want %d (%s)", peer, got, err, want, tc.path)
+		}
+		c.Close()
+	}
+	if _, err := f.enf.PeerCgroup(netip.MustParseAddrPort("127.0.0.1:1")); !errors.Is(err, ErrNoPeer) {
+		t.Errorf("PeerCgroup of an unknown peer: %v, want ErrNoPeer", err)
+	}
+	// Without identities the same task may connect straight to the allowed address.
+	if err := f.enf.SetIdentities(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := id.Do(t, "connect 4 tcp 198.18.0.10:80"); got != "OK" {
+		t.Errorf("with Identities off: %s, want OK", got)
+	}
+}

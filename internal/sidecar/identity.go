@@ -1,0 +1,92 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sync"
+
+	"github.com/airlock-dev/airlock/ebpf"
+	"github.com/airlock-dev/airlock/policy"
+	"github.com/airlock-dev/airlock/proxy"
+)
+
+// peerEnforcer is an Enforcer that can tell which cgroup's task connected a connection the
+// sidecar accepted (the in-process eBPF one can; a node agent's cannot yet).
+type peerEnforcer interface {
+	PeerCgroup(peer netip.AddrPort) (uint64, error)
+	SetIdentities(on bool) error
+}
+
+// errNoIdentityKernel is why a policy's identities cannot be told apart: no kernel
+// enforcement that records connecting cgroups.
+var errNoIdentityKernel = errors.New("no kernel enforcement on the sandbox's cgroup (--cgroup) records which cgroup connected, so identities cannot be told apart")
+
+// identities maps the cgroup that connected (from the kernel) to an identity of the policy:
+// the sandbox's cgroup itself is the sandbox's own policy (""), its child
+// policy.IdentityCgroupDir(NAME) is identity NAME, and any other cgroup is unknown.
+type identities struct {
+	cgroup string                       // the sandbox's cgroup v2 directory
+	peers  peerEnforcer                 // nil: identities cannot be told apart
+	policy func() *policy.Policy        // the policy in force
+	cgID   func(string) (uint64, error) // a cgroup directory's id
+
+	// mu guards byID, the cgroup ids of the sandbox's cgroup and of the identity cgroups
+	// that existed at the last scan.
+	mu   sync.Mutex
+	byID map[uint64]string
+}
+
+var _ proxy.Identities = (*identities)(nil)
+
+// Identity implements proxy.Identities. A cgroup id not seen before makes it look at the
+// identity cgroups again (exec --as makes them when first used; a deleted and remade one
+// has a new id).
+func (r *identities) Identity(client netip.AddrPort) (string, error) {
+	if r.peers == nil {
+		return "", errNoIdentityKernel
+	}
+	id, err := r.peers.PeerCgroup(client)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name, ok := r.byID[id]; ok {
+		return name, nil
+	}
+	r.byID = r.scan()
+	if name, ok := r.byID[id]; ok {
+		return name, nil
+	}
+	return "", fmt.Errorf("cgroup %d is neither the sandbox's (%s) nor an identity's below it", id, r.cgroup)
+}
+
+// scan reads the ids of the sandbox's cgroup and of each identity's cgroup that exists.
+func (r *identities) scan() map[uint64]string {
+	out := make(map[uint64]string)
+	if id, err := r.cgID(r.cgroup); err == nil {
+		out[id] = ""
+	}
+	for _, name := range r.policy().IdentityNames() {
+		if id, err := r.cgID(filepath.Join(r.cgroup, policy.IdentityCgroupDir(name))); err == nil {
+			out[id] = name
+		}
+	}
+	return out
+}
+
+// identitiesOf is the proxy's and the model API's Identities: the kernel lookup, which
+// refuses every connection when there is no kernel to ask (they ask only when the policy
+// has identities). warn logs that case once at start.
+func (s *Sidecar) identitiesOf(warn bool) *identities {
+	r := &identities{cgroup: s.cfg.Cgroup, policy: s.store.Current, cgID: ebpf.CgroupID}
+	if pe, ok := s.kernel.enf.(peerEnforcer); ok && s.cfg.Cgroup != "" {
+		r.peers = pe
+	}
+	if warn && r.peers == nil && len(s.store.Current().IdentityNames()) > 0 {
+		s.log.Warn("the policy has identities but " + errNoIdentityKernel.Error() + ": every request is refused (identity_unknown)")
+	}
+	return r
+}
