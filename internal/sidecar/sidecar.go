@@ -44,6 +44,7 @@ type Sidecar struct {
 	log      *logrus.Logger
 	redactor *credentials.Redactor
 	audit    *audit.Logger
+	transit  *transitSigner // --audit-sign vault-transit:, else nil
 	store    *policy.Store
 	reg      *prometheus.Registry
 	resolver *egress.CachingResolver
@@ -170,6 +171,9 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 			s.Close()
 		}
 	}()
+	if err := s.startAuditSigner(ctx); err != nil {
+		return err
+	}
 	for _, c := range s.components() {
 		s.mu.Lock()
 		s.started = append(s.started, c)
@@ -244,6 +248,7 @@ func (s *Sidecar) shared() error {
 	}
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registerSigningMetrics()
 	if err := s.appr.build(); err != nil {
 		s.audit.Close()
 		return err
@@ -277,6 +282,9 @@ func (s *Sidecar) Close() error {
 		if err := s.ship.finish(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.closeAuditSigner(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close audit signer: %w", err))
 	}
 	return errors.Join(errs...)
 }
