@@ -38,6 +38,24 @@ type origin struct {
 	h1 *h1Upstream
 	// path is how an HTTP/1.x request was read (pathStrict, pathNetHTTP); "" for HTTP/2.
 	path string
+	// watchClient, set by the fast path for a request with no body left to read, watches the
+	// client's connection while the request is held for an approval: the context it returns
+	// ends when the client goes (net/http's server does this for its own requests); stop ends
+	// the watch. Nil: the request's context already does.
+	watchClient func(ctx context.Context) (held context.Context, stop func())
+}
+
+// settle decides req and passes the decision through the approval stage. A miss the stage may
+// hold is held only while the client is still there.
+func (x *exchange) settle(r *http.Request, req policy.Request) (*policy.Policy, policy.Decision) {
+	d := x.pol.Decide(req)
+	ctx := r.Context()
+	if x.o.watchClient != nil && x.p.cfg.Approvals != nil && d.Reason == policy.ReasonNoRule {
+		held, stop := x.o.watchClient(ctx)
+		defer stop()
+		ctx = held
+	}
+	return x.p.settle(ctx, x.pol, req, d, "http")
 }
 
 // roundTrip sends r upstream: over the fast path's own connection, or a transport for pol.
@@ -144,7 +162,7 @@ func (x *exchange) admit(r *http.Request) *http.Response {
 	}
 	req := policy.Request{Scheme: r.URL.Scheme, Host: a.host, Port: x.port,
 		Method: r.Method, Path: pathAndQuery(r.URL), OverrideHeader: overrideHeader(r.Header)}
-	x.pol, x.d = x.p.settle(r.Context(), x.pol, req, x.pol.Decide(req), "http")
+	x.pol, x.d = x.settle(r, req)
 	if !x.d.Allowed() {
 		return x.deny(r, x.d)
 	}

@@ -29,6 +29,15 @@ func newConnReader(c net.Conn, prefix []byte) *connReader {
 // buffered is what was read and not yet consumed.
 func (b *connReader) buffered() []byte { return b.buf[b.r:b.w] }
 
+// unread puts p back in front of the buffered bytes (a byte read by watchClient).
+func (b *connReader) unread(p []byte) {
+	rest := b.buffered()
+	buf := make([]byte, max(len(b.buf), len(p)+len(rest)))
+	n := copy(buf, p)
+	n += copy(buf[n:], rest)
+	b.buf, b.r, b.w = buf, 0, n
+}
+
 // consume drops n buffered bytes.
 func (b *connReader) consume(n int) {
 	if b.r += n; b.r == b.w {

@@ -191,6 +191,9 @@ func (c *h1Conn) request(h h1Request) (*http.Request, *trackedBody, error) {
 		o.h1 = c.upstream(u.Host, func() *h1Upstream { return c.p.explicitUpstream() })
 	}
 	var body *trackedBody
+	if h.bodyLen == 0 {
+		o.watchClient = c.watchClient
+	}
 	switch {
 	case h.bodyLen < 0:
 		r.TransferEncoding = []string{"chunked"}
@@ -352,4 +355,34 @@ func (c *h1Conn) writeBody(resp *http.Response, chunked bool) bool {
 	}
 	w.WriteString("\r\n")
 	return w.Flush() == nil
+}
+
+// watchClient reads the client's connection in the background while a request (with nothing
+// of it left to read) is held: EOF or a read error ends held, as net/http's server ends a
+// request's context when its client goes. A byte that arrives instead (a pipelined request)
+// is kept for the next head. stop ends the read and waits for it.
+func (c *h1Conn) watchClient(ctx context.Context) (held context.Context, stop func()) {
+	held, cancel := context.WithCancel(ctx)
+	if len(c.in.buffered()) > 0 { // the next request is here already: the client has not gone
+		return held, cancel
+	}
+	var got [1]byte
+	var n int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var err error
+		if n, err = c.conn.Read(got[:]); n == 0 && !isTimeout(err) {
+			cancel()
+		}
+	}()
+	return held, func() {
+		_ = c.conn.SetReadDeadline(time.Unix(1, 0)) // in the past: the read returns now
+		<-done
+		_ = c.conn.SetReadDeadline(time.Time{})
+		if n > 0 {
+			c.in.unread(got[:n])
+		}
+		cancel()
+	}
 }

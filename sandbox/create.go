@@ -482,7 +482,16 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.Store.Save(st); err != nil {
 		return "", err
 	}
-	sidecarDone, err := m.startSidecar(st, c.o.Env, !c.deferSupervisor)
+	notify, err := listenReady(st.Dir)
+	if err != nil {
+		return "", err
+	}
+	sidecarEnv := c.o.Env
+	if notify != nil {
+		defer notify.Close()
+		sidecarEnv = append(slices.Clone(c.o.Env), notify.Env())
+	}
+	sidecarDone, err := m.startSidecar(st, sidecarEnv, c.o.Env, !c.deferSupervisor)
 	if err != nil {
 		return "", err
 	}
@@ -493,7 +502,7 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	if err := m.waitSidecar(ctx, st, sidecarDone, timeout); err != nil {
+	if err := m.waitSidecar(ctx, st, sidecarDone, notify, timeout); err != nil {
 		return "", err
 	}
 	sup := fmt.Sprintf("supervisor %d", st.SupervisorPid)
@@ -531,12 +540,13 @@ func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 	return "stopped   sidecar and supervisor", errors.Join(errs...)
 }
 
-// startSidecar starts the first sidecar and, withSupervisor, its supervisor, both detached,
-// side by side: the supervisor adopts the running sidecar, so its own start-up is not on the
-// path to a ready sandbox.
-func (m *Manager) startSidecar(st *State, env []string, withSupervisor bool) (sidecarDone <-chan struct{}, err error) {
+// startSidecar starts the first sidecar (with sidecarEnv) and, withSupervisor, its supervisor
+// (with env: the sidecars it restarts have no ready socket to tell), both detached, side by
+// side: the supervisor adopts the running sidecar, so its own start-up is not on the path to a
+// ready sandbox.
+func (m *Manager) startSidecar(st *State, sidecarEnv, env []string, withSupervisor bool) (sidecarDone <-chan struct{}, err error) {
 	ops := m.ops()
-	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, env, st.LogFile())
+	pid, done, err := ops.StartDetached(m.Binary, st.SidecarArgs, sidecarEnv, st.LogFile())
 	if err != nil {
 		return nil, fmt.Errorf("start sidecar: %w", err)
 	}

@@ -256,12 +256,24 @@ func freeLoopbackAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// waitSidecar waits for /readyz, or for the first sidecar to exit (its log then says why).
-func (m *Manager) waitSidecar(ctx context.Context, st *State, sidecarDone <-chan struct{}, timeout time.Duration) error {
+// waitSidecar waits for the sidecar's READY=1 on notify (nil: none) or its /readyz, or for the
+// first sidecar to exit (its log then says why).
+func (m *Manager) waitSidecar(ctx context.Context, st *State, sidecarDone <-chan struct{}, notify *readyListener, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ready := make(chan error, 1)
-	go func() { ready <- waitReady(ctx, st.AdminAddr, 0) }()
+	ready := make(chan error, 2)
+	poll := 2 * time.Millisecond
+	if notify != nil {
+		// The ready socket answers at once; /readyz is asked now and then, in case the sidecar
+		// could not tell it.
+		poll = 50 * time.Millisecond
+		go func() {
+			if notify.wait(ctx, m.sidecarPid(st)) == nil {
+				ready <- nil
+			}
+		}()
+	}
+	go func() { ready <- waitReadyEvery(ctx, st.AdminAddr, poll) }()
 	select {
 	case err := <-ready:
 		if err == nil {

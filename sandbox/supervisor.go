@@ -226,9 +226,15 @@ func waitReady(ctx context.Context, addr string, timeout time.Duration) error {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	return waitReadyEvery(ctx, addr, 2*time.Millisecond)
+}
+
+// waitReadyEvery asks the sidecar's /readyz at addr every interval until it answers 200 or
+// ctx ends.
+func waitReadyEvery(ctx context.Context, addr string, every time.Duration) error {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	url := "http://" + addr + "/readyz"
-	tick := time.NewTicker(2 * time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

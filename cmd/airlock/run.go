@@ -60,6 +60,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	cfg.ReloadSignal, cfg.Stderr = hup, stderr
+	// Told once, as systemd's sd_notify does with unset_environment: nothing the sidecar
+	// starts inherits it.
+	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET")
+	_ = os.Unsetenv("NOTIFY_SOCKET")
 	if err := sidecar.Run(ctx, *cfg); err != nil {
 		// One line per problem: a policy load error is "file:line:col: field: message".
 		return &cli.ExitError{Code: 1, Msg: strings.TrimSpace(err.Error())}

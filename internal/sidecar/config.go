@@ -96,6 +96,11 @@ type Config struct {
 	// Stderr receives operational logs and audit events (JSON lines), scrubbed of every
 	// secret value the broker knows. Nil means os.Stderr.
 	Stderr io.Writer
+	// NotifySocket is the unix datagram socket told "READY=1" once the sidecar is ready, by
+	// the systemd notification protocol (a path, or "@name" for an abstract one); cmd/airlock
+	// takes it from $NOTIFY_SOCKET, so `airlock run` works as a systemd Type=notify service and
+	// the sandbox manager waits for its sidecar without polling. Empty: no notification.
+	NotifySocket string
 	// ReloadSignal triggers a policy reload on every value received (cmd/airlock feeds it
 	// SIGHUP). Nil means only file changes reload.
 	ReloadSignal <-chan os.Signal

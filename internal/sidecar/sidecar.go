@@ -189,6 +189,9 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 		"egress": s.operator.String(),
 	}).Info("airlock listening")
 	close(s.ready)
+	if err := notifyReady(s.cfg.NotifySocket); err != nil {
+		s.log.WithError(err).Warn("could not tell the service manager the sidecar is ready")
+	}
 	s.checkUpstreamResolution(pol)
 	return nil
 }
