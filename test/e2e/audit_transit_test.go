@@ -146,6 +146,9 @@ func TestAuditSigningVaultTransit(t *testing.T) {
 	t.Parallel()
 	cw := newCredWorld(t, 3600, 7200)
 	v := cw.v
+	if why := v.TransitMissing(t); why != "" {
+		t.Skip(why)
+	}
 	v.Must(t, "POST", "transit/keys/e2e-audit", map[string]any{"type": "ed25519"})
 	v.Policy(t, "airlock", `
 path "transit/sign/e2e-audit" { capabilities = ["update"] }
@@ -276,5 +279,55 @@ func forgeCheckpoint(t *testing.T, a *testnet.Airlock) {
 	defer f.Close()
 	if _, err := f.Write(append(b, '\n')); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuditSigningVaultRefusedFailsClosed: a sidecar whose Vault login may not sign with the
+// transit key (Vault answers 403, or 404 without the engine) serves every request, says on
+// /readyz, in the metrics and in the chain that signing fails and why, and writes no
+// checkpoint: none unsigned, none signed with a local key. At shutdown it says which
+// checkpoints were left unsigned, and verify finds the trail unanchored, not intact.
+func TestAuditSigningVaultRefusedFailsClosed(t *testing.T) {
+	privtest.Require(t)
+	t.Parallel()
+	cw := newCredWorld(t, 3600, 7200)
+	cw.v.Policy(t, "airlock", `path "secret/data/e2e/*" { capabilities = ["read"] }`)
+	a := cw.start(t, transitPolicy, "--audit-sign", "vault-transit:transit/e2e-audit", "--audit-checkpoint-every", "1s")
+	client := a.Client(t, a.CAPool(t))
+	for i := range 5 {
+		if status, _, _ := credGet(t, client, fmt.Sprintf("https://echo.test/refused/%d", i), nil); status != http.StatusOK {
+			t.Fatalf("request %d while signing is refused: status %d", i, status)
+		}
+	}
+	waitFor(t, 30*time.Second, "/readyz saying signing lags", func() bool {
+		status, body := a.AdminGet(t, "/readyz")
+		return status == http.StatusOK && strings.Contains(body, "audit signing lags")
+	})
+	e := a.WaitEvent(t, "the signing failure in the chain", func(e testnet.AuditEvent) bool {
+		return e.Kind == "audit" && e.Reason == "audit_signing_unavailable"
+	})
+	if !strings.Contains(e.Detail, "transit/sign/e2e-audit") || strings.Contains(e.Detail, cw.v.RootToken) {
+		t.Errorf("the failure event's detail %q: want the Vault path that refused, and no token", e.Detail)
+	}
+	if n, _ := a.MetricSum(t, "airlock_audit_signing_lagging"); n != 1 {
+		t.Errorf("airlock_audit_signing_lagging = %v, want 1", n)
+	}
+	from := a.Mark()
+	a.Stop(t)
+	a.WaitLog(t, from, "the unsigned checkpoints named at shutdown", func(l string) bool { return strings.Contains(l, "left unsigned") })
+	if cps := checkpointLines(t, a); len(cps) != 0 {
+		t.Fatalf("%d checkpoints written though Vault refused to sign: %+v", len(cps), cps)
+	}
+	key, err := audit.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := audit.EncodePublicKey(key.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runAirlockIn(t, cw.w, nil, "audit", "verify", "--key", cw.w.WriteFile(t, "any.pem", pub), a.AuditFile)
+	if err == nil || !strings.Contains(out, "UNANCHORED") {
+		t.Fatalf("verify of a trail without signed checkpoints: %v\n%s, want unanchored", err, out)
 	}
 }
