@@ -33,6 +33,8 @@ spec:
     - name: echo
       hosts: ["echo.test"]
       ports: [443]
+      http:
+        - paths: ["/**"]
 `
 
 // cutLink is a TCP path to Vault inside the sidecar namespace that the test cuts and
