@@ -87,6 +87,7 @@ func TestRemoteSignerOutageKeepsTheChainAndSignsLater(t *testing.T) {
 	}
 	commitN(t, l, 5, "down") // each batch after the first rotates: rotation checkpoints
 	r.await(t, true)
+	r.await(t, true) // the retry comes after the first failure was recorded
 	st := l.Signing()
 	if !st.Lagging() || st.Pending == 0 || !strings.Contains(st.LastError, "unreachable") {
 		t.Fatalf("Signing while the service is down: %+v, want lagging with pending checkpoints", st)
@@ -96,6 +97,7 @@ func TestRemoteSignerOutageKeepsTheChainAndSignsLater(t *testing.T) {
 	}
 	r.down.Store(false)
 	r.await(t, false)
+	r.await(t, false) // the next signature comes after the recovery was recorded
 	commitN(t, l, 3, "up")
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
