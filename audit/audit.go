@@ -37,10 +37,11 @@ const (
 	KindPolicy     Kind = "policy"     // a policy load or reload
 	KindAudit      Kind = "audit"      // the audit log's own events (an outage it recovered from)
 	KindApproval   Kind = "approval"   // an ask to the operator, a grant, a denial, an expiry or a revocation (package approval)
+	KindUsage      Kind = "usage"      // a usage cap froze the sandbox, or a raised cap or the operator thawed it (package meter)
 )
 
 // Kinds lists every kind of the contract, for renderings that must place each one.
-var Kinds = []Kind{KindHTTP, KindConnect, KindDNS, KindLLM, KindCredential, KindPolicy, KindAudit, KindApproval}
+var Kinds = []Kind{KindHTTP, KindConnect, KindDNS, KindLLM, KindCredential, KindPolicy, KindAudit, KindApproval, KindUsage}
 
 // Decision values of the contract.
 const (

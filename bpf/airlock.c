@@ -22,7 +22,8 @@
  *    stored in that mapped form.
  *  - sendmsg4/sendmsg6 run for UDP sendmsg with a destination address.
  *  - sock_create runs when an AF_INET/AF_INET6 socket is created.
- *  - cgroup_skb/egress sees every packet the cgroup's full sockets send.
+ *  - cgroup_skb/egress sees every packet the cgroup's full sockets send; cgroup_skb/ingress
+ *    every packet delivered to them (counted only, never dropped).
  *  - sockops (established callbacks) re-keys the original destination of a redirected
  *    connection by the client's local address and port, which is what the transparent
  *    listener sees as the peer of the accepted connection.
@@ -599,6 +600,22 @@ pass:
 	if (s) {
 		s->bytes += skb->len;
 		s->packets++;
+	}
+	return VERDICT_ALLOW;
+}
+
+/* ingress counts what the sandbox's sockets receive, for usage accounting (issue 35); it
+ * never drops: the decisions are taken on the way out. A packet of the exempt cgroup (the
+ * sidecar's own in pod mode) is not the sandbox's and is not counted. */
+SEC("cgroup_skb/ingress")
+int ingress(struct __sk_buff *skb)
+{
+	if (exempt_skb(skb))
+		return VERDICT_ALLOW;
+	struct counters *s = stats_slot();
+	if (s) {
+		s->rx_bytes += skb->len;
+		s->rx_packets++;
 	}
 	return VERDICT_ALLOW;
 }

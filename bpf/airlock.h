@@ -116,13 +116,16 @@ struct mark {
 	__u8 pad;
 };
 
-/* Per-sandbox counters (per-CPU array, one entry). */
+/* Per-sandbox counters (per-CPU array, one entry). Bytes are skb->len: the IP packet,
+ * headers included, without the link-layer header. */
 struct counters {
-	__u64 bytes;
+	__u64 bytes;       /* sent: packets the egress backstop passed */
 	__u64 packets;
 	__u64 connections;
 	__u64 denies;
 	__u64 events_lost;
+	__u64 rx_bytes;    /* received: packets delivered to the sandbox's sockets (ingress) */
+	__u64 rx_packets;
 };
 
 /* Deny event sent through the ring buffer. */

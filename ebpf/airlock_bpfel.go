@@ -45,6 +45,8 @@ type airlockCounters struct {
 	Connections uint64
 	Denies      uint64
 	EventsLost  uint64
+	RxBytes     uint64
+	RxPackets   uint64
 }
 
 type airlockEvent struct {
@@ -134,6 +136,7 @@ const (
 	airlockProgConnect6    = "connect6"
 	airlockProgEgress      = "egress"
 	airlockProgEstablished = "established"
+	airlockProgIngress     = "ingress"
 	airlockProgPacketGuard = "packet_guard"
 	airlockProgSendmsg4    = "sendmsg4"
 	airlockProgSendmsg6    = "sendmsg6"
@@ -187,6 +190,7 @@ type airlockProgramSpecs struct {
 	Connect6    *ebpf.ProgramSpec `ebpf:"connect6"`
 	Egress      *ebpf.ProgramSpec `ebpf:"egress"`
 	Established *ebpf.ProgramSpec `ebpf:"established"`
+	Ingress     *ebpf.ProgramSpec `ebpf:"ingress"`
 	PacketGuard *ebpf.ProgramSpec `ebpf:"packet_guard"`
 	Sendmsg4    *ebpf.ProgramSpec `ebpf:"sendmsg4"`
 	Sendmsg6    *ebpf.ProgramSpec `ebpf:"sendmsg6"`
@@ -284,6 +288,7 @@ type airlockPrograms struct {
 	Connect6    *ebpf.Program `ebpf:"connect6"`
 	Egress      *ebpf.Program `ebpf:"egress"`
 	Established *ebpf.Program `ebpf:"established"`
+	Ingress     *ebpf.Program `ebpf:"ingress"`
 	PacketGuard *ebpf.Program `ebpf:"packet_guard"`
 	Sendmsg4    *ebpf.Program `ebpf:"sendmsg4"`
 	Sendmsg6    *ebpf.Program `ebpf:"sendmsg6"`
@@ -296,6 +301,7 @@ func (p *airlockPrograms) Close() error {
 		p.Connect6,
 		p.Egress,
 		p.Established,
+		p.Ingress,
 		p.PacketGuard,
 		p.Sendmsg4,
 		p.Sendmsg6,

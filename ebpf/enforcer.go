@@ -59,6 +59,7 @@ type corePrograms struct {
 	Connect4    *ebpf.Program `ebpf:"connect4"`
 	Connect6    *ebpf.Program `ebpf:"connect6"`
 	Egress      *ebpf.Program `ebpf:"egress"`
+	Ingress     *ebpf.Program `ebpf:"ingress"`
 	Established *ebpf.Program `ebpf:"established"`
 	Sendmsg4    *ebpf.Program `ebpf:"sendmsg4"`
 	Sendmsg6    *ebpf.Program `ebpf:"sendmsg6"`
@@ -67,7 +68,7 @@ type corePrograms struct {
 
 func (o *objects) Close() error {
 	errs := []error{o.airlockMaps.Close()}
-	for _, p := range []*ebpf.Program{o.Connect4, o.Connect6, o.Egress, o.Established, o.Sendmsg4, o.Sendmsg6, o.SockCreate, o.PacketGuard} {
+	for _, p := range []*ebpf.Program{o.Connect4, o.Connect6, o.Egress, o.Ingress, o.Established, o.Sendmsg4, o.Sendmsg6, o.SockCreate, o.PacketGuard} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}
@@ -113,6 +114,7 @@ var attachments = []attachment{
 	{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(o *objects) *ebpf.Program { return o.Sendmsg4 }},
 	{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, func(o *objects) *ebpf.Program { return o.Sendmsg6 }},
 	{"egress", ebpf.AttachCGroupInetEgress, func(o *objects) *ebpf.Program { return o.Egress }},
+	{"ingress", ebpf.AttachCGroupInetIngress, func(o *objects) *ebpf.Program { return o.Ingress }},
 	{"established", ebpf.AttachCGroupSockOps, func(o *objects) *ebpf.Program { return o.Established }},
 	{"packet_guard", ebpf.AttachLSMCgroup, func(o *objects) *ebpf.Program { return o.PacketGuard }},
 }

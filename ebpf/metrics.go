@@ -9,6 +9,7 @@ import (
 type collector struct {
 	e                                                     *Enforcer
 	bytes, packets, connections, denies, lost, suppressed *prometheus.Desc
+	rxBytes, rxPackets                                    *prometheus.Desc
 	allowEntries                                          *prometheus.Desc
 }
 
@@ -25,13 +26,15 @@ func newCollector(e *Enforcer) *collector {
 		denies:       d("denies_total", "Connects, sends, sockets and packets the kernel denied in the sandbox cgroup."),
 		lost:         d("deny_events_lost_total", "Deny events the kernel could not queue (ring buffer full)."),
 		suppressed:   d("deny_events_suppressed_total", "Deny events dropped by the sidecar's rate limit instead of being audited."),
+		rxBytes:      d("ingress_bytes_total", "Bytes of packets delivered to the sandbox cgroup's sockets."),
+		rxPackets:    d("ingress_packets_total", "Packets delivered to the sandbox cgroup's sockets."),
 		allowEntries: d("allow_entries", "Entries in the kernel allow map (expired ones included until GC)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.connections, c.denies, c.lost, c.suppressed, c.allowEntries} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.connections, c.denies, c.lost, c.suppressed, c.rxBytes, c.rxPackets, c.allowEntries} {
 		ch <- d
 	}
 }
@@ -51,6 +54,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.connections, s.Connections)
 	counter(c.denies, s.Denies)
 	counter(c.lost, s.EventsLost)
+	counter(c.rxBytes, s.RxBytes)
+	counter(c.rxPackets, s.RxPackets)
 	counter(c.suppressed, c.e.suppressed.Load())
 	if n, err := c.e.allowEntries(); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.allowEntries, prometheus.GaugeValue, float64(n))
@@ -60,6 +65,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // Counters are the kernel's per-sandbox counters, summed over CPUs.
 type Counters struct {
 	Bytes, Packets, Connections, Denies, EventsLost uint64
+	// RxBytes and RxPackets are what the sandbox's sockets received (cgroup_skb/ingress).
+	RxBytes, RxPackets uint64
 }
 
 // Counters reads the kernel's per-sandbox counters.
@@ -75,6 +82,8 @@ func (e *Enforcer) Counters() (Counters, error) {
 		s.Connections += p.Connections
 		s.Denies += p.Denies
 		s.EventsLost += p.EventsLost
+		s.RxBytes += p.RxBytes
+		s.RxPackets += p.RxPackets
 	}
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,5 +244,34 @@ func TestRateLimitAnswer(t *testing.T) {
 	s, h, body = e.post("/v1/messages", `{"model":"claude-test","max_tokens":5,"messages":[]}`)
 	if s != 429 || h.Get("Retry-After") == "" || !strings.Contains(body, `"type":"rate_limit_error"`) {
 		t.Errorf("anthropic format: %d %s", s, body)
+	}
+}
+
+// TestAdmitRefuses: a call the usage meter does not admit (spec.usage.caps reached) is
+// refused before any reservation, as an exhausted budget (403, no retry), and never reaches
+// the provider.
+func TestAdmitRefuses(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	e := newEnv(t, setup{admit: func() error {
+		if refuse.Load() {
+			return errors.New("airlock: the sandbox's usage cap is reached: spec.usage.caps.cpuSeconds 1 reached")
+		}
+		return nil
+	}})
+	body := `{"model":"gpt-test","messages":[{"role":"user","content":"hi"}]}`
+	code, h, resp := e.post("/v1/chat/completions", body)
+	if code != 403 || h.Get("X-Airlock-Decision") != "deny" || !strings.Contains(resp, "spec.usage.caps.cpuSeconds") || !strings.Contains(resp, "insufficient_quota") {
+		t.Errorf("refused call: %d %v %s", code, h, resp)
+	}
+	if n := e.openai.Calls(); n != 0 {
+		t.Errorf("provider calls %d, want none", n)
+	}
+	if st := e.proxy.Spend(); st.HeldNano != 0 || st.UsedNano != 0 {
+		t.Errorf("spend after a refused call: %+v, want nothing held or used", st)
+	}
+	refuse.Store(false)
+	if code, _, resp := e.post("/v1/chat/completions", body); code != 200 {
+		t.Errorf("admitted call: %d %s", code, resp)
 	}
 }

@@ -50,6 +50,10 @@ type Config struct {
 	// against its roots (Operator.TLSConfig). Serve registers the model API's listener in
 	// its own-address list. Nil means a direct path of its own with the system resolver.
 	Operator *egress.Operator
+	// Admit, when set, is asked before a call reserves its budget; an error refuses the
+	// call as budget_exhausted with the error's text (the usage meter's caps, spec.usage,
+	// which count compute and model spend together). Nil admits every call.
+	Admit func() error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// RetryBackoff is the first retry's delay, doubled for each further one (with jitter up

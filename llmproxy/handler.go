@@ -188,6 +188,13 @@ func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int6
 		ask.Choices = 0
 	}
 	x.count = x.p.tok.counter(encodingFor(rt.upstream))
+	if admit := x.p.cfg.Admit; admit != nil {
+		if err := admit(); err != nil {
+			e, reason := budgetAPIError(&BudgetError{Err: ErrBudgetExhausted, Cap: "usage", Message: err.Error()})
+			x.refuse(w, e, reason)
+			return 0, false
+		}
+	}
 	hold, err := x.p.budget.Reserve(caps, ask)
 	if err != nil {
 		// Count the text, then let the budget lower the output limit or (a call larger

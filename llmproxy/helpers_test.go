@@ -58,6 +58,7 @@ type env struct {
 	anURL     string
 	proxy     *Proxy
 	now       func() time.Time // the proxy's clock; nil means time.Now
+	admit     func() error     // Config.Admit
 	ledger    *Ledger
 	stateDir  string
 	URL       string // http://127.0.0.1:port of the proxy
@@ -114,6 +115,7 @@ type setup struct {
 	stateDir          string
 	backupURL         string
 	now               func() time.Time // the proxy's clock; nil means time.Now
+	admit             func() error     // Config.Admit
 }
 
 func newEnv(t testing.TB, s setup) *env {
@@ -143,7 +145,7 @@ func newEnv(t testing.TB, s setup) *env {
 		e.stateDir = t.TempDir()
 	}
 	e.keys = mapKeys{"openai-key": openaiKey, "anthropic-key": anthropicKey}
-	e.now = s.now
+	e.now, e.admit = s.now, s.admit
 	e.start(pol)
 	return e
 }
@@ -159,7 +161,7 @@ func (e *env) start(pol *policy.Policy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now})
+	p, err := New(Config{Policy: staticPolicy{pol}, Keys: e.keys, Ledger: l, Audit: al, RetryBackoff: time.Millisecond, Now: e.now, Admit: e.admit})
 	if err != nil {
 		t.Fatal(err)
 	}

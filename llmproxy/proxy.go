@@ -214,6 +214,9 @@ func (p *Proxy) Usage() Usage {
 	return Report(p.cfg.Ledger.Totals(), p.table().budget, p.budget.State())
 }
 
+// Spend returns the budget's state: settled usage and what calls in flight have reserved.
+func (p *Proxy) Spend() BudgetState { return p.budget.State() }
+
 // UsageHandler serves the usage report as JSON (the admin listener's /v1/usage).
 func (p *Proxy) UsageHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

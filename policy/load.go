@@ -93,6 +93,7 @@ func (l *loader) parse(source string, data []byte, chain []string) (*Policy, err
 	compileDNS(d, doc.Spec.DNS)
 	compileSecrets(d, doc.Spec.Secrets)
 	compileLLM(d, doc.Spec.LLM)
+	compileUsage(d, doc.Spec.Usage)
 	own := compileRules(d, doc.Spec.Egress, p.name)
 	never := compileApproval(d, doc.Spec.Approval)
 	if !parentsOK {
@@ -100,6 +101,7 @@ func (l *loader) parse(source string, data []byte, chain []string) (*Policy, err
 	}
 	inherit(d, p, &doc, own)
 	inheritApproval(d, p, doc.Spec.Approval, never)
+	p.usage = inheritUsage(d, p.parents, doc.Spec.Usage)
 	validateRefs(d, &doc, p.secrets, p.llm.Providers)
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)

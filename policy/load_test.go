@@ -34,7 +34,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "unknown field without suggestion",
 			yaml: header + "  colour: red\n",
-			want: []string{`t.yaml:6:3: spec.colour: unknown field "colour"; known fields: extends, mode, dns, egress, secrets, llm, report, approval`},
+			want: []string{`t.yaml:6:3: spec.colour: unknown field "colour"; known fields: extends, mode, dns, egress, secrets, llm, report, approval, usage`},
 		},
 		{
 			name: "unknown top-level field",

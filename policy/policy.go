@@ -21,8 +21,11 @@ type Policy struct {
 	// approval is the effective spec.approval (parents merged, never filled in), nil when no
 	// policy of the chain has the section; never is its compiled never list.
 	approval *ApprovalConfig
-	never    []hostPattern
-	parents  []*Policy
+	// usage is the effective spec.usage (parents merged, the interval's default not
+	// applied).
+	usage   UsageConfig
+	never   []hostPattern
+	parents []*Policy
 }
 
 // Name returns metadata.name.

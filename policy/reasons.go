@@ -90,6 +90,12 @@ const (
 	ReasonApprovalDenied  Reason = "approval_denied"  // the operator (or the webhook) denied the ask
 )
 
+// Reasons of the usage meter (package meter): spec.usage.caps.
+const (
+	ReasonUsageCap    Reason = "usage_cap"    // a cap of spec.usage.caps was reached: the sandbox is frozen
+	ReasonUsageThawed Reason = "usage_thawed" // a reload raised the cap, or the operator thawed the sandbox
+)
+
 // ReasonRateLimited is shared by the DNS filter (too many new names a minute under a
 // wildcard) and the model API (requestsPerMinute, tokensPerMinute): one code on the wire for
 // both, as it always was.
@@ -131,6 +137,7 @@ const (
 	EmitKernel      Emitter = "kernel"      // a kernel deny event
 	EmitApproval    Emitter = "approval"    // the approval stage (spec.approval)
 	EmitAudit       Emitter = "audit"       // the audit log itself (an event about the trail)
+	EmitUsage       Emitter = "usage"       // the usage meter (spec.usage)
 )
 
 // ReasonInfo is one entry of the catalogue.
@@ -256,6 +263,11 @@ var reasonCatalogue = []ReasonInfo{
 		"retry after Retry-After with the same host and port: the ask (its id is in the body's approval field) stays open for askTTL, and an answer serves the retry"},
 	{ReasonApprovalDenied, EmitApproval, http.StatusForbidden, "the operator (or the approval webhook) denied the ask, or the webhook could not give a valid answer (fail closed)",
 		"do not retry this host; ask the operator or the policy owner, naming the ask id in the body's approval field"},
+
+	{ReasonUsageCap, EmitUsage, 0, "a cap of spec.usage.caps (cpuSeconds, egressBytes, usd) was reached: every process of the sandbox is frozen",
+		"ask the operator to raise the cap (a policy reload thaws the sandbox) or to thaw it (airlock sandbox thaw)"},
+	{ReasonUsageThawed, EmitUsage, 0, "the frozen sandbox runs again: a reload raised the cap, or the operator thawed it",
+		"nothing to do"},
 
 	{ReasonKernelNotAllowed, EmitKernel, 0, "the kernel refused a connect to an address in no allow map",
 		"resolve names through the sandbox's DNS filter and connect through the proxy"},

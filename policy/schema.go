@@ -56,6 +56,9 @@ type Spec struct {
 	// Approval lets a request to a host no rule names be held while the operator is asked
 	// (see ApprovalConfig). Nil means no asking: a miss is denied at once.
 	Approval *ApprovalConfig `yaml:"approval"`
+	// Usage meters the sandbox's compute, memory and network, prices them and caps them
+	// (see UsageConfig). Zero means metering every 10s, no prices, no caps.
+	Usage UsageConfig `yaml:"usage"`
 }
 
 // ReportConfig configures report mode, for recording the traffic `airlock policy learn`

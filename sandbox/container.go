@@ -129,11 +129,15 @@ type ContainerState struct {
 	Once bool `json:"once,omitempty"`
 	// Waiting says create had the runtime create the container with its one command
 	// (CreateOptions.OnceProcess), which waits for StartOnce.
-	Waiting bool     `json:"waiting,omitempty"`
-	Global  []string `json:"global,omitempty"`
-	Workdir string   `json:"workdir"`
-	TmpSize int64    `json:"tmp_size"`
-	Mounts  []Mount  `json:"mounts,omitempty"`
+	Waiting bool `json:"waiting,omitempty"`
+	// Rootless says the runtime runs as the sandbox's uid (IDBase), not as root (runsc).
+	Rootless bool     `json:"rootless,omitempty"`
+	Global   []string `json:"global,omitempty"`
+	Workdir  string   `json:"workdir"`
+	TmpSize  int64    `json:"tmp_size"`
+	Mounts   []Mount  `json:"mounts,omitempty"`
+	// Disk holds /tmp and the working directory in place of the tmpfs (--disk), or is nil.
+	Disk *DiskState `json:"disk,omitempty"`
 }
 
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.

@@ -45,6 +45,12 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 		Bundle: bundleDirName(m.Store.Dir, st.Name), CgroupsPath: "/" + rel, Workdir: workdir,
 		TmpSize: o.TmpSize, Mounts: o.Mounts, Once: o.Once,
 	}
+	if st.Container.Disk, err = planDisk(o.Disk, st); err != nil {
+		return err
+	}
+	if err := planRunsc(st.Container, st.Limits.Pids); err != nil {
+		return err
+	}
 	if filepath.Base(rt) == "crun" && m.ops().HybridCgroups() {
 		st.Container.SelfCgroups, st.Container.Global = true, []string{"--cgroup-manager=disabled"}
 	}
@@ -127,6 +133,9 @@ func (m *Manager) claimAndBundle(c *creation) error {
 // idsAndLimits is the uid range and limits part of the container step's line.
 func idsAndLimits(st *State) string {
 	base := st.Container.IDBase
+	if st.Container.Rootless {
+		return fmt.Sprintf("rootless, uid/gid 0 -> %d (the range's first; only root is mapped), %s", base, st.Limits.describe(st.Container))
+	}
 	return fmt.Sprintf("uid/gid 0-%d -> %d-%d, %s", IDRangeSize-1, base, uint64(base)+IDRangeSize-1, st.Limits.describe(st.Container))
 }
 
@@ -170,7 +179,11 @@ func (l Limits) describe(ct *ContainerState) string {
 	if l.CPU > 0 {
 		cpu = fmt.Sprintf("cpu %g", l.CPU)
 	}
-	return fmt.Sprintf("memory %s, pids %d, %s, /tmp and %s %s each", formatBytes(l.Memory), l.Pids, cpu, ct.Workdir, formatBytes(ct.TmpSize))
+	tmp := fmt.Sprintf("/tmp and %s %s each", ct.Workdir, formatBytes(ct.TmpSize))
+	if ct.Disk != nil {
+		tmp = ct.Disk.describe(ct)
+	}
+	return fmt.Sprintf("memory %s, pids %d, %s, %s", formatBytes(l.Memory), l.Pids, cpu, tmp)
 }
 
 // formatBytes writes n in the largest binary unit that divides it.

@@ -186,9 +186,10 @@ func TestCgroupUndoUnpinsOnlyAfterTheCgroupIsGone(t *testing.T) {
 	if !h.isLive("pins p") {
 		t.Error("the kernel pins were removed while the cgroup may still hold processes")
 	}
-	i := slices.Index(h.calls, "RemoveCgroup")
-	if j := slices.Index(h.calls, "RemovePins"); j >= 0 && j < i {
-		t.Errorf("RemovePins ran before RemoveCgroup: %v", h.calls)
+	calls := h.callLog()
+	i := slices.Index(calls, "RemoveCgroup")
+	if j := slices.Index(calls, "RemovePins"); j >= 0 && j < i {
+		t.Errorf("RemovePins ran before RemoveCgroup: %v", calls)
 	}
 }
 
@@ -459,12 +460,18 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	if want := []string{"netns", "veth", "cgroup", "files", "container", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
 		t.Errorf("progress steps %v, want %v:\n%s", names, want, progress)
 	}
-	create, sidecar := slices.Index(h.calls, "CreateContainer"), slices.Index(h.calls, "start run")
-	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(h.calls, "StartContainer") || slices.Contains(h.calls, "RunContainer") {
-		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", h.calls)
+	select {
+	case <-h.supervised:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sidecar was not supervised within 10s of Create")
 	}
-	if sup := slices.Index(h.calls, "Supervise"); sup < sidecar || st.SupervisorPid != os.Getpid() || !st.SupervisorInProcess || slices.Contains(h.calls, "start sandbox") {
-		t.Errorf("calls %v, supervisor pid %d (in process %v): want the sidecar supervised by this process after it started, and that recorded", h.calls, st.SupervisorPid, st.SupervisorInProcess)
+	calls := h.callLog()
+	create, sidecar := slices.Index(calls, "CreateContainer"), slices.Index(calls, "start run")
+	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(calls, "StartContainer") || slices.Contains(calls, "RunContainer") {
+		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", calls)
+	}
+	if sup := slices.Index(calls, "Supervise"); sup < sidecar || st.SupervisorPid != os.Getpid() || !st.SupervisorInProcess || slices.Contains(calls, "start sandbox") {
+		t.Errorf("calls %v, supervisor pid %d (in process %v): want the sidecar supervised by this process after it started, and that recorded", calls, st.SupervisorPid, st.SupervisorInProcess)
 	}
 	if !st.Container.Waiting {
 		t.Errorf("state %+v: want the container waiting", st.Container)
@@ -513,8 +520,8 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	if _, err := m.Create(context.Background(), o); err == nil || !strings.Contains(err.Error(), "step sidecar: ") {
 		t.Fatalf("Create with a failing sidecar = %v", err)
 	}
-	if !slices.Contains(h.calls, "DeleteContainer") {
-		t.Errorf("calls %v: the created container was not deleted", h.calls)
+	if calls := h.callLog(); !slices.Contains(calls, "DeleteContainer") {
+		t.Errorf("calls %v: the created container was not deleted", calls)
 	}
 	wantClean(t, m, h, "once")
 	if _, err := m.StartOnce("once"); err == nil {

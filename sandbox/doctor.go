@@ -57,6 +57,7 @@ func (m *Manager) doctorStages() []doctorStage {
 		{"oci runtime", m.checkRuntime},
 		{"user namespaces", m.checkUserns},
 		{"overlayfs", m.checkOverlay},
+		{"disk", m.checkDisk},
 		{"bpffs", m.checkBPFFS},
 		{"kernel BPF features", m.checkBPFFeatures},
 		{"packet socket guard", m.checkPacketGuard},

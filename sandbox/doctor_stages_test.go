@@ -14,7 +14,7 @@ func TestDoctorStages(t *testing.T) {
 	for _, s := range m.doctorStages() {
 		names = append(names, s.name)
 	}
-	want := []string{"privileges", "cgroup v2", "cgroup layout", "oci runtime", "user namespaces", "overlayfs", "bpffs", "kernel BPF features", "packet socket guard",
+	want := []string{"privileges", "cgroup v2", "cgroup layout", "oci runtime", "user namespaces", "overlayfs", "disk", "bpffs", "kernel BPF features", "packet socket guard",
 		"network namespaces", "subnet", "ports", "state directory", "vault"}
 	if !slices.Equal(names, want) {
 		t.Errorf("doctor stages %v, want %v", names, want)

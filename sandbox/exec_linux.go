@@ -69,7 +69,13 @@ func (m *Manager) OnceCommand(name string, argv []string, o ExecOptions) (*exec.
 		}
 	}
 	_, tty := isTerminal(os.Stdin)
+	if err := checkExecUser(st.Container, o.UID, o.GID); err != nil {
+		return nil, nil, err
+	}
 	if err := setBundleProcess(st.Container, onceArgv(argv), execEnv(st, o), o.UID, o.GID, tty); err != nil {
+		return nil, nil, err
+	}
+	if err := shareWithRuntime(st.Container); err != nil {
 		return nil, nil, err
 	}
 	args := runtimeArgs(st.Container, "run", "--bundle", st.Container.Bundle, st.Container.ID)
@@ -127,6 +133,9 @@ func (m *Manager) ExecInPlace(name string, argv []string, o ExecOptions) error {
 	if _, err := enterPlacement(p); err != nil {
 		return err
 	}
+	if err := becomeUID(p.runAs); err != nil {
+		return err
+	}
 	err = syscall.Exec(args[0], args, []string{"PATH=" + defaultPath})
 	return fmt.Errorf("exec %s: %w", args[0], err)
 }
@@ -151,6 +160,9 @@ func (m *Manager) prepareExec(name string, argv []string, o ExecOptions) (*State
 	}
 	if o.UID >= IDRangeSize || o.GID >= IDRangeSize {
 		return nil, nil, fmt.Errorf("--user %d:%d: the sandbox maps uids and gids 0-%d", o.UID, o.GID, IDRangeSize-1)
+	}
+	if err := checkExecUser(st.Container, o.UID, o.GID); err != nil {
+		return nil, nil, err
 	}
 	_, tty := isTerminal(os.Stdin)
 	data, err := execProcess(st.Container, argv, execEnv(st, o), o.UID, o.GID, tty)

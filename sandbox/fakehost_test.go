@@ -42,6 +42,9 @@ type fakeHost struct {
 	servers    map[int]*http.Server
 	exited     map[int]chan struct{}
 	stopped    []int // the pids StopProcess was asked to stop
+
+	// supervised gets the name of each sandbox Supervise starts on (it runs in a goroutine).
+	supervised chan string
 }
 
 var (
@@ -53,7 +56,7 @@ const fakeCgroupRoot = "/fake/cgroup"
 
 func newFakeHost(t *testing.T) *fakeHost {
 	h := &fakeHost{t: t, attach: true, live: map[string]bool{}, failBefore: map[string]error{}, failAfter: map[string]error{},
-		nextPid: 100000, servers: map[int]*http.Server{}, exited: map[int]chan struct{}{}}
+		nextPid: 100000, servers: map[int]*http.Server{}, exited: map[int]chan struct{}{}, supervised: make(chan string, 16)}
 	t.Cleanup(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -66,6 +69,13 @@ func newFakeHost(t *testing.T) *fakeHost {
 
 // op records name and runs work unless a failure is injected before it; a failure injected
 // after it is returned once the work is done.
+// callLog is a copy of the operations so far.
+func (h *fakeHost) callLog() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.calls)
+}
+
 func (h *fakeHost) op(name string, work func() error) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -242,6 +252,7 @@ func (h *fakeHost) Supervise(ctx context.Context, st *State, adopt int, wanted f
 	if err := h.op("Supervise", func() error { return nil }); err != nil {
 		return err
 	}
+	h.supervised <- st.Name
 	<-ctx.Done()
 	return h.StopProcess(adopt, 0, StopGrace)
 }

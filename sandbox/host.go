@@ -30,7 +30,7 @@ type containerOps interface {
 	ClaimIDRange(base uint32, owner string) (start uint32, claim string, err error)
 	// ReleaseIDRange removes a claim; a missing one is not an error.
 	ReleaseIDRange(claim string) error
-	// WriteBundle writes st's bundle (rootfs and config.json).
+	// WriteBundle makes st's disk (--disk) and writes its bundle (rootfs and config.json).
 	WriteBundle(st *State) error
 	// RunContainer has the runtime create and start st's container, detached, the runtime
 	// started in the sandbox's network namespace (and cgroups, when airlock places it).
@@ -42,8 +42,8 @@ type containerOps interface {
 	// StartContainer starts the process of a container CreateContainer made and returns its
 	// pid (as this process sees it).
 	StartContainer(st *State) (int, error)
-	// DeleteContainer kills and deletes the container and removes its bundle; a missing one
-	// is not an error.
+	// DeleteContainer kills and deletes the container, releases its disk and removes its
+	// bundle; a missing one is not an error.
 	DeleteContainer(st *State) error
 	// StrayIDClaims lists claims owned by a missing state file of storeDir.
 	StrayIDClaims(storeDir string) []string
@@ -144,8 +144,14 @@ func (linuxHost) ClaimIDRange(base uint32, owner string) (uint32, string, error)
 }
 
 func (linuxHost) ReleaseIDRange(claim string) error      { return releaseIDRange(claim) }
-func (linuxHost) WriteBundle(st *State) error            { return writeBundle(st) }
 func (linuxHost) StrayIDClaims(storeDir string) []string { return strayIDClaims(storeDir) }
+
+func (linuxHost) WriteBundle(st *State) error {
+	if err := makeDisk(st); err != nil {
+		return err
+	}
+	return writeBundle(st)
+}
 
 func (linuxHost) RunContainer(st *State, logFile string) error { return runContainer(st, logFile) }
 func (linuxHost) CreateContainer(st *State, op *OnceProcess, logFile string) <-chan error {
@@ -156,6 +162,9 @@ func (linuxHost) StartContainer(st *State) (int, error) { return startContainer(
 func (linuxHost) DeleteContainer(st *State) error {
 	c := st.Container
 	err := deleteContainer(st)
+	if derr := releaseDisk(c.Disk); derr != nil {
+		return errors.Join(err, derr) // the bundle holds the disk's mount point: it stays
+	}
 	if rerr := os.RemoveAll(c.Bundle); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("remove bundle: %w", rerr))
 	}

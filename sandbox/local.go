@@ -46,6 +46,12 @@ type Manager struct {
 	// passed in by cmd/airlock); Create, Delete, Reap, Doctor and ExecInPlace need it.
 	Kernel Kernel
 
+	// Archive, when set, is called by Delete and Reap once a sandbox is torn down and before
+	// its directory goes (the sidecar has written its final usage record there): cmd keeps
+	// the sandbox's bill in the state directory's usage archive. An error is reported on
+	// Progress, never stops the delete.
+	Archive func(st *State) error
+
 	// host makes the changes to this machine; nil means linuxHost (tests put a fake here).
 	host hostOps
 
@@ -92,6 +98,10 @@ type CreateOptions struct {
 	Network string
 	// TmpSize caps /tmp and the working directory in bytes (DefaultTmpSize when zero).
 	TmpSize int64
+	// Disk, when not zero, puts /tmp and the working directory (unless a Mount) on a disk of
+	// their own of this many bytes, which caps all they hold together (TmpSize then does
+	// not apply).
+	Disk int64
 	// IDBase is the first host uid/gid handed to sandboxes (DefaultIDBase when zero).
 	IDBase uint32
 	// Once prepares the container without starting it: OnceCommand then runs one command as
@@ -352,6 +362,11 @@ func (m *Manager) remove(ctx context.Context, st *State) error {
 	}
 	if err := m.teardown(ctx, st); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w (state kept; `airlock sandbox delete %s` retries)", st.Name, err, st.Name)
+	}
+	if m.Archive != nil {
+		if err := m.Archive(st); err != nil {
+			m.progressf("  warning: usage of %s not archived: %v", st.Name, err)
+		}
 	}
 	return m.Store.Remove(st.Name)
 }

@@ -69,6 +69,7 @@ func ociSpec(st *State, view rootView) (*specs.Spec, error) {
 	if c.SelfCgroups {
 		spec.Linux.CgroupsPath, spec.Linux.Resources = "", nil
 	}
+	runscSpec(c, spec)
 	sc, err := seccomp.GetDefaultProfile(spec)
 	if err != nil {
 		return nil, fmt.Errorf("default seccomp profile: %w", err)
@@ -118,7 +119,7 @@ func containerMounts(c *ContainerState, view rootView) []specs.Mount {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOpts},
+		writableMount(c, "/tmp", diskTmp, tmpOpts),
 	}
 	for _, d := range view.sys {
 		ms = append(ms, roBind("/"+d, "/"+d))
@@ -131,7 +132,7 @@ func containerMounts(c *ContainerState, view rootView) []specs.Mount {
 		workdirMounted = workdirMounted || m.Dest == c.Workdir
 	}
 	if !workdirMounted {
-		ms = append(ms, specs.Mount{Destination: c.Workdir, Type: "tmpfs", Source: "tmpfs", Options: tmpOpts})
+		ms = append(ms, writableMount(c, c.Workdir, diskWork, tmpOpts))
 	}
 	// Parents before children: a mount under the working directory lands on its tmpfs.
 	user := slices.Clone(c.Mounts)

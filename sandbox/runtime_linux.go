@@ -35,11 +35,12 @@ type placement struct {
 	cgroup2     string
 	v1          []string
 	hideUnified bool
+	runAs       uint32 // the host uid the runtime runs as (0: root)
 }
 
 // placementOf is where st's runtime processes start.
 func placementOf(st *State) placement {
-	p := placement{netns: filepath.Join(NetnsDir, st.Netns)}
+	p := placement{netns: filepath.Join(NetnsDir, st.Netns), runAs: runAs(st.Container)}
 	if st.Container.SelfCgroups {
 		p.cgroup2, p.hideUnified = st.Cgroup, true
 		for _, h := range v1LimitDirs {
@@ -77,6 +78,9 @@ func prepareRuntime(st *State, logFile string) (*os.File, int64, error) {
 	if err := os.MkdirAll(c.Root, 0o700); err != nil {
 		return nil, 0, fmt.Errorf("create runtime root %s: %w", c.Root, err)
 	}
+	if err := shareWithRuntime(c); err != nil {
+		return nil, 0, err
+	}
 	if c.SelfCgroups {
 		if _, err := createV1Cgroups(c.CgroupsPath, st.Limits); err != nil {
 			return nil, 0, err
@@ -109,6 +113,10 @@ func runPlaced(cmd *exec.Cmd, p placement) error {
 func createContainer(st *State, op *OnceProcess, logFile string) <-chan error {
 	done := make(chan error, 1)
 	c := st.Container
+	if err := checkExecUser(c, op.Exec.UID, op.Exec.GID); err != nil {
+		done <- err
+		return done
+	}
 	if err := setBundleProcess(c, onceArgv(op.Argv), execEnv(st, op.Exec), op.Exec.UID, op.Exec.GID, false); err != nil {
 		done <- err
 		return done
@@ -122,7 +130,11 @@ func createContainer(st *State, op *OnceProcess, logFile string) <-chan error {
 		done <- err
 		return done
 	}
-	argv := append(runtimeArgs(c, "--log", logFile), "create", "--bundle", c.Bundle, "--pid-file", containerPidFile(c), c.ID)
+	logArgs := []string{"--log", logFile}
+	if c.Rootless { // it could not open the log: its errors go to the command's stderr
+		logArgs = nil
+	}
+	argv := append(runtimeArgs(c, logArgs...), "create", "--bundle", c.Bundle, "--pid-file", containerPidFile(c), c.ID)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = op.Stdio[0], op.Stdio[1], op.Stdio[2]
 	p := placementOf(st)
@@ -161,7 +173,7 @@ func startContainer(st *State) (int, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := runPlaced(cmd, placement{hideUnified: c.SelfCgroups}); err != nil {
+	if err := runPlaced(cmd, placement{hideUnified: c.SelfCgroups, runAs: runAs(c)}); err != nil {
 		return 0, fmt.Errorf("%s start %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, bytes.TrimSpace(out.Bytes()))
 	}
 	return pid, nil
@@ -243,6 +255,12 @@ func WaitContainer(pid int) (int, error) {
 // into p's v2 cgroup, so that cmd runs there from its first instruction. The thread is never
 // handed back: it ends with its goroutine.
 func startPlaced(cmd *exec.Cmd, p placement) error {
+	if p.runAs != 0 {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.runAs, Gid: p.runAs, Groups: []uint32{}}
+	}
 	if p.cgroup2 != "" {
 		cg, err := os.Open(p.cgroup2)
 		if err != nil {
@@ -348,7 +366,7 @@ func deleteContainer(st *State) error {
 		cmd.Env = []string{"PATH=" + defaultPath}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		err := startPlaced(cmd, placement{hideUnified: c.SelfCgroups})
+		err := startPlaced(cmd, placement{hideUnified: c.SelfCgroups, runAs: runAs(c)})
 		if err == nil {
 			err = cmd.Wait()
 		}

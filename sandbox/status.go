@@ -53,6 +53,20 @@ type Status struct {
 	// OpenAsks counts the sidecar's asks to the operator still waiting for an answer
 	// (spec.approval); cmd/airlock fills it from the sidecar's approvals socket.
 	OpenAsks int `json:"open_asks"`
+	// DiskBytes is the size of the sandbox's disk (--disk; 0: none) and DiskUsedBytes how
+	// much of it is in use, the filesystem's own metadata included (-1: not mounted).
+	DiskBytes     int64 `json:"disk_bytes,omitempty"`
+	DiskUsedBytes int64 `json:"disk_used_bytes,omitempty"`
+	// The usage meter's figures from the sidecar's usage ledger (cmd/airlock fills them):
+	// CPU-seconds (user plus system), memory peak and GiB-hours, bytes received (Bytes is
+	// what it sent), compute spend at spec.usage.prices, and the message of the cap that
+	// froze the sandbox ("" when it runs).
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryPeakBytes uint64  `json:"memory_peak_bytes"`
+	MemoryGiBHours  float64 `json:"memory_gib_hours"`
+	RxBytes         uint64  `json:"rx_bytes"`
+	ComputeUSD      float64 `json:"compute_usd"`
+	Frozen          string  `json:"frozen,omitempty"`
 }
 
 // Statuses reports every sandbox of the store, asking the sidecars concurrently (each bounded
@@ -80,6 +94,9 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 		SandboxAddr: st.SandboxAddr, Cgroup: st.Cgroup, StateDir: st.Dir, SidecarDir: st.sidecarStateDir(), EnvFile: st.EnvFile(),
 		CABundle: st.CABundle(), LogFile: st.LogFile(), AuditLog: st.AuditLog(), AdminAddr: st.AdminAddr,
 		SidecarPid: m.sidecarPid(st),
+	}
+	if st.Container != nil && st.Container.Disk != nil {
+		s.DiskBytes, s.DiskUsedBytes = st.Container.Disk.Size, diskUsage(st.Container.Disk)
 	}
 	if m.ops().Alive(st.SupervisorPid, st.SupervisorTick) {
 		s.SupervisorPid = st.SupervisorPid

@@ -23,9 +23,11 @@ set -euo pipefail
 #   squid-openssl: the corporate upstream proxy (plain and ssl-bump) of test/e2e's
 #   upstream-proxy tests; runc, crun: the OCI runtimes every local sandbox runs in (runc is
 #   the default, the isolation tests run on both); procps: ps inside sandboxes in the
-#   isolation tests.
+#   isolation tests; runsc: gVisor, the third runtime (--runtime runsc, TestSandboxRunsc);
+#   e2fsprogs: mkfs.ext4 for a sandbox's --disk.
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
-	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl runc crun procps)
+	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl runc crun procps
+	runsc e2fsprogs)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
 bench_pkgs=(wrk nghttp2-client tinyproxy dnsperf dnsmasq-base)

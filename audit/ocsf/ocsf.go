@@ -41,6 +41,7 @@ var NotExported = map[audit.Kind]string{
 	audit.KindCredential: "a credential fetch, injection or misuse: the request it served has its own HTTP Activity event",
 	audit.KindPolicy:     "a policy load or reload: configuration, not network activity",
 	audit.KindAudit:      "the audit log's own outage note: about the log, not the sandbox",
+	audit.KindUsage:      "a usage cap froze the sandbox, or it was thawed: about the sandbox's bill, not network activity",
 	audit.KindApproval:   "an operator's ask, grant, denial, expiry or revocation: a decision about policy, not network activity; the request it held has its own event",
 }
 

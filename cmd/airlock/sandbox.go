@@ -27,10 +27,11 @@ const sandboxUsage = `Usage: airlock sandbox <command> [flags] [args]
 Commands:
   create NAME   create a sandbox: network namespace, veth, cgroup, supervised sidecar, eBPF
   exec NAME     run a command inside a sandbox (exit code, stdin/stdout, TTY pass through)
-  list          list sandboxes with health, bytes, denies and model spend (--json)
+  list          list sandboxes with health, bytes, denies, CPU, memory, model and compute spend (--json)
   delete NAME   stop the sidecar gracefully and remove everything of a sandbox (idempotent)
   reap          remove expired and orphaned sandboxes (--older-than D)
   doctor        check this machine can run sandboxes: a PASS/FAIL table with fixes
+  thaw NAME     thaw a sandbox a usage cap froze (spec.usage.caps)
   approvals NAME list|grant|deny|revoke
                 answer the asks of a sandbox's sidecar (spec.approval; see airlock approvals)
 
@@ -42,7 +43,7 @@ Run "airlock sandbox <command> --help".
 func sandboxCmd(args []string, stdout, stderr io.Writer) error {
 	return cli.Dispatch("sandbox", sandboxUsage, map[string]cli.RunFunc{
 		"create": sandboxCreate, "exec": sandboxExec, "list": sandboxList, "delete": sandboxDelete,
-		"reap": sandboxReap, "doctor": sandboxDoctor, "approvals": sandboxApprovals,
+		"reap": sandboxReap, "doctor": sandboxDoctor, "approvals": sandboxApprovals, "thaw": sandboxThaw,
 		"supervise": sandboxSupervise, // internal: started by create
 	}, args, stdout, stderr)
 }
@@ -64,13 +65,14 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		}
 		return ca.CertPEM(), nil
 	}
-	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{}}, nil
+	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{},
+		Archive: archiveUsage(store.StateRoot)}, nil
 }
 
 // createFlags are the flags of `sandbox create`, shared with `sandbox exec --ephemeral`.
 type createFlags struct {
 	stateDir, policy, profile, environment, subnet, cgroupParent, upstreamDNS, backend string
-	runtime, workdir, network, tmpSize                                                 string
+	runtime, workdir, network, tmpSize, disk                                           string
 	cpu                                                                                float64
 	memory                                                                             string
 	pids                                                                               int
@@ -92,7 +94,8 @@ func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	fs.StringVar(&c.memory, "memory", "2G", "memory limit, e.g. 512M or 4G")
 	fs.IntVar(&c.pids, "pids", sandbox.DefaultPids, "task limit")
 	fs.StringVar(&c.tmpSize, "tmp-size", "512M", "size cap of the private /tmp and of the working directory (each a tmpfs)")
-	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | PATH")
+	fs.StringVar(&c.disk, "disk", "", "put /tmp and the working directory on a disk of their own of this size (e.g. 10G): a hard cap on all the sandbox writes outside its rw mounts, reserved on the host at create (ext4 image in the state directory on a loop device); default: a tmpfs of --tmp-size each")
+	fs.StringVar(&c.runtime, "runtime", sandbox.DefaultRuntime, "OCI runtime that runs the sandbox's container: runc | crun | runsc (gVisor) | PATH")
 	fs.Var(&c.mounts, "mount", "show host path SRC at DST inside, `SRC:DST[:ro|rw]`, read-only unless rw (repeatable)")
 	fs.StringVar(&c.workdir, "workdir", sandbox.DefaultWorkdir, "the commands' working directory inside: a private tmpfs, or a --mount at the same path")
 	fs.StringVar(&c.network, "network", "", "none: loopback only (no veth, no sidecar, no DNS); default: the sidecar's network")
@@ -112,6 +115,10 @@ func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOpti
 	if err != nil {
 		return sandbox.CreateOptions{}, cli.Failf("--tmp-size %q: %v", c.tmpSize, err)
 	}
+	disk, err := parseBytes(c.disk)
+	if err != nil {
+		return sandbox.CreateOptions{}, cli.Failf("--disk %q: %v", c.disk, err)
+	}
 	if c.cpu < 0 || c.pids < 0 {
 		return sandbox.CreateOptions{}, cli.Failf("--cpu and --pids must not be negative")
 	}
@@ -123,7 +130,7 @@ func (c *createFlags) options(name string, runArgs []string) (sandbox.CreateOpti
 		CgroupParent: c.cgroupParent, UpstreamDNS: c.upstreamDNS, RunArgs: runArgs, Env: os.Environ(),
 		Limits:  sandbox.Limits{CPU: c.cpu, Memory: mem, Pids: c.pids},
 		Runtime: c.runtime, Mounts: c.mounts, Workdir: c.workdir, Network: c.network, TmpSize: tmp,
-		IDBase:       uint32(c.idBase),
+		Disk: disk, IDBase: uint32(c.idBase),
 		ReadyTimeout: c.readyTimeout,
 	}, nil
 }
@@ -162,7 +169,8 @@ attached to the cgroup, and an OCI container (--runtime runc by default, or crun
 its own user namespace (root inside is an unprivileged uid range of its own outside), PID,
 IPC, UTS, mount and cgroup namespaces, no capabilities, no_new_privs, a seccomp profile, a
 read-only root that shows the host's /usr, /bin, /lib* and /sbin and an allowlist of /etc,
-and a private /tmp and working directory (--workdir, default /work), each a size-capped tmpfs.
+and a private /tmp and working directory (--workdir, default /work), each a size-capped tmpfs,
+or with --disk SIZE both on one ext4 disk of SIZE, which caps all they hold together.
 Limits apply without flags (memory 2G, pids 1024), on pure cgroup v2 and hybrid hosts alike.
 --mount SRC:DST[:ro|rw] shows a host path inside, read-only unless rw; what the sandbox writes
 there is owned by its mapped uid (printed on the container line). --network none gives it
@@ -257,8 +265,8 @@ func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
 	ct := st.Container
 	fmt.Fprintf(stdout, `
   run a command:   airlock sandbox exec%[9]s %[1]s -- CMD ...    (env file, CA bundle and DNS applied)
-  container:       %[10]s, uid/gid 0-65535 inside = %[11]d-%[12]d outside, workdir %[13]s
-  limits:          memory %[14]d bytes, pids %[15]d, cpu %[16]s, /tmp and %[13]s %[17]d bytes each
+  container:       %[10]s, %[11]s, workdir %[13]s
+  limits:          memory %[14]d bytes, pids %[15]d, cpu %[16]s, %[17]s
   env file:        %[2]s (inside: %[18]s)
   CA bundle:       %[3]s (inside: %[19]s)
   proxy:           http://%[4]s:%[5]d   model API: http://%[4]s:%[6]d/v1   DNS: %[4]s:53
@@ -266,11 +274,28 @@ func printCreated(stdout io.Writer, st *sandbox.State, stateDir string) {
   sidecar log:     %[8]s
   remove:          airlock sandbox delete%[9]s %[1]s
 `, st.Name, st.EnvFile(), st.CABundle(), st.HostAddr, sandbox.ProxyPort, sandbox.LLMPort, st.AuditLog(), st.LogFile(), sd,
-		ct.Runtime, ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1, ct.Workdir,
-		st.Limits.Memory, st.Limits.Pids, cpuLimit(st.Limits.CPU), ct.TmpSize, sandbox.InsideEnvFile, sandbox.InsideCABundle)
+		ct.Runtime, idRange(ct), "" /* %[12] unused */, ct.Workdir,
+		st.Limits.Memory, st.Limits.Pids, cpuLimit(st.Limits.CPU), writableLimit(ct), sandbox.InsideEnvFile, sandbox.InsideCABundle)
 	if st.Network == sandbox.NetworkNone {
 		fmt.Fprintln(stdout, "  network:         none (loopback only, no sidecar, no DNS)")
 	}
+}
+
+// idRange is the ids line of the created container: its range, or for a rootless runtime
+// (runsc) the one id mapped.
+func idRange(ct *sandbox.ContainerState) string {
+	if ct.Rootless {
+		return fmt.Sprintf("uid/gid 0 inside = %d outside (rootless: only root is mapped)", ct.IDBase)
+	}
+	return fmt.Sprintf("uid/gid 0-65535 inside = %d-%d outside", ct.IDBase, uint64(ct.IDBase)+sandbox.IDRangeSize-1)
+}
+
+// writableLimit is what caps ct's /tmp and working directory, on create's limits line.
+func writableLimit(ct *sandbox.ContainerState) string {
+	if ct.Disk != nil {
+		return fmt.Sprintf("/tmp and %s on a disk of %d bytes (%s)", ct.Workdir, ct.Disk.Size, ct.Disk.Loop)
+	}
+	return fmt.Sprintf("/tmp and %s %d bytes each", ct.Workdir, ct.TmpSize)
 }
 
 func cpuLimit(cpu float64) string {
@@ -351,7 +376,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		// Without a terminal the runtime creates the container with the command while the
 		// sidecar starts; with one, the command starts it (runInSandbox).
 		var once *sandbox.OnceProcess
-		if !term.IsTerminal(int(os.Stdin.Fd())) {
+		if !term.IsTerminal(int(os.Stdin.Fd())) && sandbox.CreatesOnce(c.runtime) {
 			once = &sandbox.OnceProcess{Argv: argv, Exec: o, Stdio: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}}
 		}
 		remove, err := createEphemeral(m, c, name, once, stderr)
@@ -508,7 +533,9 @@ func parseUser(s string) (uid, gid int, err error) {
 func sandboxList(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox list", "airlock sandbox list [--json] [--backend kubernetes [--namespace NS | --all-namespaces]]", `
 List the sandboxes of the state directory: name, age, policy, sidecar health, bytes the
-sandbox sent, denials (kernel, proxy and DNS) and model API spend from the usage ledger.
+sandbox sent and received, denials (kernel, proxy and DNS), model API spend from the usage
+ledger, and the usage meter's CPU-seconds, memory peak and compute spend (spec.usage); a
+sandbox a usage cap froze is named below the table with the cap's message.
 With --backend kubernetes, list the sandbox pods "sandbox create --backend kubernetes" made
 (label airlock.dev/sandbox): namespace, name, age, phase, sidecar state, policy ConfigMap, node.`, stderr)
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
@@ -543,6 +570,7 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 	for i := range statuses {
 		statuses[i].OpenAsks = openAsks(statuses[i].SidecarDir)
 	}
+	fillUsage(statuses)
 	if *asJSON {
 		if statuses == nil {
 			statuses = []sandbox.Status{}
@@ -550,16 +578,24 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		return cli.WriteJSON(stdout, statuses)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tDENIES\tASKS\tLLM SPEND")
+	fmt.Fprintln(tw, "NAME\tAGE\tPHASE\tHEALTH\tKERNEL\tPOLICY\tBYTES\tRECEIVED\tDENIES\tASKS\tCPU-S\tMEM PEAK\tLLM SPEND\tCOMPUTE\tDISK")
 	for _, s := range statuses {
 		kernel := "on"
 		if !s.Kernel {
 			kernel = "OFF"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t$%.6f\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
-			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.Denies, s.OpenAsks, s.LLMSpendUSD)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.2f\t%dMiB\t$%.6f\t$%.6f\t%s\n", s.Name, cli.Age(time.Duration(s.AgeSeconds)*time.Second),
+			s.Phase, s.Health, kernel, s.Policy, s.Bytes, s.RxBytes, s.Denies, s.OpenAsks, s.CPUSeconds, s.MemoryPeakBytes>>20, s.LLMSpendUSD, s.ComputeUSD, diskColumn(s))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range statuses {
+		if s.Frozen != "" {
+			fmt.Fprintf(stdout, "%s: FROZEN: %s (raise the cap and reload the policy, or airlock sandbox thaw %s)\n", s.Name, s.Frozen, s.Name)
+		}
+	}
+	return nil
 }
 
 func sandboxDelete(args []string, stdout, stderr io.Writer) error {
@@ -782,4 +818,28 @@ func (l *envList) Set(s string) error {
 	}
 	*l = append(*l, s)
 	return nil
+}
+
+// diskColumn is sandbox list's DISK: use against the cap of the sandbox's --disk, "-" for none.
+func diskColumn(s sandbox.Status) string {
+	switch {
+	case s.DiskBytes == 0:
+		return "-"
+	case s.DiskUsedBytes < 0:
+		return "?/" + humanBytes(s.DiskBytes)
+	}
+	return fmt.Sprintf("%s/%s (%d%%)", humanBytes(s.DiskUsedBytes), humanBytes(s.DiskBytes), s.DiskUsedBytes*100/s.DiskBytes)
+}
+
+// humanBytes writes n with one decimal in the largest binary unit below it.
+func humanBytes(n int64) string {
+	const units = "KMGT"
+	if n < 1024 {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v, i = v/1024, i+1
+	}
+	return fmt.Sprintf("%.1f%c", v, units[i])
 }

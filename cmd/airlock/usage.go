@@ -18,6 +18,12 @@ requests, input and output tokens and cost, and the total. With --policy, also t
 (spec.llm.budget) and what is left of it. The ledger is read, never changed, so this is safe
 while the sidecar runs; reservations of calls still in flight are listed as pending.
 
+Below it, the bill of each sandbox from the usage meter's ledgers (spec.usage; see
+docs/sandboxes.md "Usage and caps"): the state directory's own (usage-ledger.jsonl), those
+of the sandboxes it holds (sandboxes/NAME/sidecar/) and the archive of deleted ones
+(usage-archive.jsonl): CPU-seconds user and system, memory peak and GiB-hours, bytes sent
+and received, connections, compute spend at spec.usage.prices, model spend, and the total.
+
 A ledger line that fails its checksum (other than a torn last line) is an error: the file was
 changed and no total can be trusted.`
 
@@ -25,7 +31,7 @@ func usageCmd(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("usage", "airlock usage [--state-dir DIR] [--policy FILE] [--json]", usageLong, stderr)
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory holding the ledger (env AIRLOCK_STATE_DIR)")
 	policyFile := fs.String("policy", "", "policy whose llm.budget to report what is left of (env AIRLOCK_POLICY)")
-	asJSON := fs.Bool("json", false, "print the report as JSON (the admin /v1/usage format)")
+	asJSON := fs.Bool("json", false, "print the report as JSON (the admin /v1/usage format, with the sandboxes' bills under \"sandboxes\")")
 	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
@@ -52,12 +58,23 @@ func usageCmd(args []string, stdout, stderr io.Writer) error {
 		pending.HeldNano += r.CostNano
 	}
 	rep := llmproxy.Report(totals, caps, pending)
+	bs, err := bills(*stateDir)
+	if err != nil {
+		return cli.Failf("%v", err)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if bs == nil {
+			bs = []Bill{}
+		}
+		return enc.Encode(struct {
+			llmproxy.Usage
+			Sandboxes []Bill `json:"sandboxes"`
+		}{rep, bs})
 	}
 	printUsage(stdout, rep, len(totals.Pending))
+	printBills(stdout, bs)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/llmproxy"
+	"github.com/airlock-dev/airlock/meter"
 )
 
 func TestUsagePrintsLedger(t *testing.T) {
@@ -43,5 +44,43 @@ func TestUsagePrintsLedger(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, llmproxy.LedgerFile), []byte("{\"bad\":1}\n{\"also\":2}\n"), 0o600)
 	if code, _, errOut := airlock(t, "usage", "--state-dir", dir); code != 1 || !strings.Contains(errOut, "ledger corrupt") {
 		t.Errorf("corrupt ledger: exit %d, %s", code, errOut)
+	}
+}
+
+// TestUsagePrintsBills: airlock usage adds each sandbox's bill from the usage ledgers of the
+// state directory (its own, its sandboxes', the archive of deleted ones), in the table and
+// under "sandboxes" in --json.
+func TestUsagePrintsBills(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "sandboxes", "sb1", "sidecar", meter.LedgerFile)
+	l, _, err := meter.OpenLedger(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := meter.Record{Kind: meter.KindFreeze, Key: meter.Key{Sandbox: "sb1"}, Totals: meter.Totals{CPUUserUsec: 2_500_000, RxBytes: 4096},
+		ComputeUSD: 0.25, ModelUSD: 0.5, Frozen: "spec.usage.caps.cpuSeconds 2 reached"}
+	if err := l.Append(rec); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := meter.Archive(filepath.Join(dir, meter.ArchiveFile), meter.Record{Key: meter.Key{Sandbox: "gone"}, Totals: meter.Totals{TxBytes: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := airlock(t, "usage", "--state-dir", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"SANDBOX", "sb1", "frozen", "2.500", "0.750000", "gone", "deleted", "sb1: frozen: spec.usage.caps.cpuSeconds 2 reached"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = airlock(t, "usage", "--state-dir", dir, "--json")
+	var u struct {
+		Sandboxes []Bill `json:"sandboxes"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || len(u.Sandboxes) != 2 || u.Sandboxes[0].CPUSeconds != 2.5 ||
+		u.Sandboxes[0].TotalUSD != 0.75 || u.Sandboxes[1].State != "deleted" {
+		t.Errorf("--json: exit %d, %+v\n%s", code, u, out)
 	}
 }

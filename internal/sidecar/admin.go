@@ -84,6 +84,7 @@ func (a *adminComponent) mux() *http.ServeMux {
 		_ = json.NewEncoder(w).Encode(map[string]any{"decisions": s.audit.Recent()})
 	})
 	mux.Handle("GET /v1/usage", s.llm.usageHandler())
+	mux.Handle("GET /v1/usage/compute", s.usage.handler())
 	if s.cfg.AdminPprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

@@ -39,6 +39,8 @@ type Enforcer interface {
 // KernelCounters are the kernel's per-sandbox counters.
 type KernelCounters struct {
 	Bytes, Packets, Connections, Denies, EventsLost uint64
+	// RxBytes and RxPackets are what the sandbox received.
+	RxBytes, RxPackets uint64
 }
 
 // AttachFunc attaches kernel enforcement as spec says. An error wrapping ErrKernelUnavailable

@@ -98,7 +98,8 @@ func (a agentEnforcer) OriginalDst(c net.Conn) (netip.AddrPort, error) {
 	return a.c.OriginalDst(ta.AddrPort())
 }
 
-// Counters implements Enforcer.
+// Counters implements Enforcer. The node agent's protocol (version 1, strictly decoded
+// both ways) carries no received-bytes counters: RxBytes and RxPackets are 0 through it.
 func (a agentEnforcer) Counters() (KernelCounters, error) {
 	c, err := a.c.Counters()
 	return KernelCounters{Bytes: c.Bytes, Packets: c.Packets, Connections: c.Connections, Denies: c.Denies,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/airlock-dev/airlock/llmproxy"
 )
@@ -15,9 +16,11 @@ import (
 type llmComponent struct {
 	s *Sidecar
 
-	proxy  *llmproxy.Proxy // nil with --llm-addr off
-	ledger *llmproxy.Ledger
-	ln     net.Listener
+	proxy *llmproxy.Proxy // nil with --llm-addr off
+	// started is proxy once built, for the usage meter's goroutine.
+	started atomic.Pointer[llmproxy.Proxy]
+	ledger  *llmproxy.Ledger
+	ln      net.Listener
 
 	closeOnce sync.Once
 }
@@ -49,16 +52,21 @@ func (l *llmComponent) start(context.Context) error {
 		Logger:     s.log,
 		Registerer: s.reg,
 		Operator:   s.operator,
+		Admit:      s.usage.admit,
 	})
 	if err != nil {
 		return err
 	}
 	l.proxy = p
+	l.started.Store(p)
 	ln := l.ln
 	s.goServe("llm", func() error { return p.Serve(ln) })
 	s.log.WithField("llm", ln.Addr().String()).Info("model API listening")
 	return nil
 }
+
+// proxyIfStarted returns the model API once it is built, else nil; safe from any goroutine.
+func (l *llmComponent) proxyIfStarted() *llmproxy.Proxy { return l.started.Load() }
 
 // usageHandler serves /v1/usage on the admin listener.
 func (l *llmComponent) usageHandler() http.Handler {

@@ -69,6 +69,7 @@ type Sidecar struct {
 	creds   *credentialBroker
 	appr    *approvals
 	dns     *dnsComponent
+	usage   *usageComponent
 	llm     *llmComponent
 	proxy   *proxyComponent
 	admin   *adminComponent
@@ -114,6 +115,7 @@ func New(cfg Config) (*Sidecar, error) {
 	s.creds = &credentialBroker{s: s}
 	s.appr = &approvals{s: s}
 	s.dns = &dnsComponent{s: s}
+	s.usage = &usageComponent{s: s}
 	s.llm = &llmComponent{s: s}
 	s.proxy = &proxyComponent{s: s}
 	s.admin = &adminComponent{s: s}
@@ -128,9 +130,10 @@ func New(cfg Config) (*Sidecar, error) {
 // the credential broker before the audit shipper (its S3 keys may come from Vault), the
 // model API and the proxy (which take keys and injection from it), the approval stage before
 // the DNS filter and the proxy (which read the effective policy, grants included, from it),
-// the reloader last.
+// the usage meter after kernel enforcement (its counters) and before the model API (so that
+// it stops after it, with the spend of the last calls), the reloader last.
 func (s *Sidecar) components() []component {
-	return []component{s.sockets, s.kernel, s.creds, s.ship, s.appr, s.dns, s.llm, s.proxy, s.admin, s.reload}
+	return []component{s.sockets, s.kernel, s.creds, s.ship, s.appr, s.dns, s.usage, s.llm, s.proxy, s.admin, s.reload}
 }
 
 // Run starts the sidecar, waits until ctx ends or a listener fails, and stops it.

@@ -76,6 +76,7 @@ var ours = map[string]may{
 		"audit/ship":        "airlock audit verify|export s3://...: reads shipped chains back from object storage",
 		"audit/ocsf":        "airlock audit ocsf: renders audit lines as OCSF events",
 		"credentials/vault": "airlock audit verify|pubkey --vault-transit-key: reads a Transit key's public keys from Vault",
+		"meter":             "airlock usage, sandbox list and sandbox thaw read the usage ledgers and ask for a thaw",
 	},
 	"cmd/airlock-kube": {
 		"internal/cli":  "the command table, flag sets and exit codes both mains share",
@@ -92,6 +93,7 @@ var ours = map[string]may{
 		"internal/trust": "writes --ca-bundle-out",
 		"internal/node":  "--node-agent: AttachNodeAgent adapts node.Client (the node agent's client) to the sidecar's Enforcer",
 		"approval":       "wires the approval stage between the policy store and the proxy and DNS filter",
+		"meter":          "wires the usage meter between the kernel counters, the model API's spend and the ledger",
 	},
 	"proxy": {"policy": "decides", "audit": "audits", "egress": "dials through the shared dial guard",
 		"proxy/internal/xconnect": "turns on HTTP/2 extended CONNECT (WebSocket over HTTP/2) before net/http initialises"},
@@ -113,6 +115,7 @@ var ours = map[string]may{
 	"internal/trust": {},
 	"policy":         {},
 	"audit":          {},
+	"meter":          {"policy": "spec.usage: interval, prices, caps", "audit": "audits freezes and thaws"},
 	"audit/ship":     {"audit": "ships the chain's sealed files and reads their ranges"},
 	"audit/ocsf":     {"audit": "decodes the native lines it renders", "policy": "the reason catalogue's remedies"},
 }

@@ -19,7 +19,8 @@ var layers = [][]string{
 	{"egress", "credentials", "ebpf", "internal/trust", "internal/imagebuild", "llmproxy/translate",
 		"proxy/internal/xconnect"},
 	// The data plane, and what reads the contract's records.
-	{"proxy", "dnsfilter", "llmproxy", "credentials/vault", "learn", "audit/ship", "audit/ocsf", "approval"},
+	{"proxy", "dnsfilter", "llmproxy", "credentials/vault", "learn", "audit/ship", "audit/ocsf", "approval",
+		"meter"},
 	// The node agent, its protocol and the sidecar's client.
 	{"internal/node"},
 	// Composition: one running sidecar.

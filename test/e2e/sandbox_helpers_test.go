@@ -54,6 +54,9 @@ type sandboxInfo struct {
 	SupervisorPid int     `json:"supervisor_pid"`
 	SidecarPid    int     `json:"sidecar_pid"`
 	OpenAsks      int     `json:"open_asks"`
+	DiskBytes     int64   `json:"disk_bytes"`
+	DiskUsedBytes int64   `json:"disk_used_bytes"`
+	Frozen        string  `json:"frozen"`
 }
 
 // sbEnv is the shared fixture: one world with a git server and a fake model provider, one

@@ -39,9 +39,15 @@ type hostile struct {
 // runHostile builds one world and the probe, then runs f once per runtime.
 func runHostile(t *testing.T, f func(t *testing.T, h *hostile)) {
 	t.Helper()
+	runHostileOn(t, hostileRuntimes, f)
+}
+
+// runHostileOn is runHostile on the runtimes rts.
+func runHostileOn(t *testing.T, rts []string, f func(t *testing.T, h *hostile)) {
+	t.Helper()
 	e := newSandboxEnv(t)
 	dir := buildHostileProbe(t)
-	for _, rt := range hostileRuntimes {
+	for _, rt := range rts {
 		t.Run(rt, func(t *testing.T) {
 			privtest.Require(t, rt)
 			f(t, &hostile{sbEnv: e, rt: rt, probeDir: dir, probe: hostileProbeMount + "/hostileprobe"})
@@ -49,11 +55,12 @@ func runHostile(t *testing.T, f func(t *testing.T, h *hostile)) {
 	}
 }
 
-// buildHostileProbe builds ./test/hostileprobe static into a directory everyone may read
-// (the sandbox's root maps to an unprivileged uid outside) and returns the directory.
+// buildHostileProbe builds ./test/hostileprobe static into a directory everyone may reach and
+// read (the sandbox's root maps to an unprivileged uid outside, and runsc opens its mounts as
+// that uid) and returns the directory.
 func buildHostileProbe(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := sharedDir(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

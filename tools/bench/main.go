@@ -52,6 +52,7 @@ type config struct {
 	keep         bool          // keep the temporary directory with every log
 	dns          bool          // also run the DNS section (dns.go)
 	sandboxOnly  bool          // run only the sandbox section (sandbox.go)
+	usageOnly    bool          // run only the usage meter section (usage.go)
 	sandboxRuns  int           // cycles of each sandbox measurement
 	sandboxRT    string        // --runtime of the sandboxes
 	tls          bool          // run the HTTPS section (tls.go)
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "a response slower than this counts as an error")
 	fs.StringVar(&only, "only", strings.Join(allTargets(), ","), "comma-separated `targets` to run")
 	fs.BoolVar(&c.sandboxOnly, "sandbox-only", false, "run only the local sandbox create/exec/delete section")
+	fs.BoolVar(&c.usageOnly, "usage-only", false, "run only the usage meter section: the cost of measuring a sandbox")
 	fs.StringVar(&c.sandboxRT, "sandbox-runtime", "runc", "OCI runtime of the measured sandboxes: runc | crun | PATH")
 	fs.IntVar(&c.sandboxRuns, "sandbox-cycles", 10, "cycles of each local sandbox measurement (create/exec/delete, exec --ephemeral)")
 	fs.StringVar(&c.airlockBin, "airlock-bin", "", "use this airlock `binary` instead of building ./cmd/airlock")
@@ -168,6 +170,8 @@ func main() {
 			os.Exit(runTLSUpstreamChild())
 		case llmAnthropicRole:
 			os.Exit(runLLMAnthropicChild())
+		case usageRecvRole:
+			os.Exit(runUsageRecvChild())
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -215,6 +219,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer up.p.stop()
 	e := &env{cfg: cfg, upstream: up, progress: progress}
+	if cfg.usageOnly {
+		urep := runUsageBench(ctx, e, root)
+		printUsageReport(stdout, urep)
+		if urep.err != nil {
+			return 1
+		}
+		return 0
+	}
 	if cfg.sandboxOnly {
 		srep := runSandboxBench(ctx, e, root)
 		printSandboxReport(stdout, srep)
@@ -267,6 +279,11 @@ func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int
 	krep := runKernelBench(ctx, e.progress)
 	printKernelReport(stdout, krep)
 	if krep.err != nil {
+		return 1
+	}
+	urep := runUsageBench(ctx, e, root)
+	printUsageReport(stdout, urep)
+	if urep.err != nil {
 		return 1
 	}
 	lrep := runLLMBench(ctx, e, root)

@@ -6,7 +6,9 @@ package main
 // `sandbox exec NAME true` takes (the price of one more command in a reused sandbox), and
 // `sandbox exec --ephemeral NAME -- true` end to end (the per-tool-call mode: create, run,
 // delete). It needs root, cgroup v2, bpffs and the OCI runtime (runc); without them it
-// reports why and is skipped.
+// reports why and is skipped. Then the same with --disk 32M (what the sandbox's own ext4
+// disk adds: reserving the image, mkfs, a loop device and the mount, and their release), and
+// with --runtime runsc (gVisor) when it is installed.
 //
 // The sandboxes' host side lives in a network namespace the bench creates and removes, so the
 // machine's own network is never touched.
@@ -25,11 +27,19 @@ import (
 	"github.com/airlock-dev/airlock/ebpf"
 )
 
-// sandboxReport holds the sandbox section's figures.
+// sandboxReport holds the sandbox section's figures: those of --sandbox-runtime, then the
+// variants (--disk, runsc).
 type sandboxReport struct {
 	skipped                         string
 	create, del, execute, ephemeral []time.Duration
+	variants                        []sandboxVariant
 	err                             error
+}
+
+// sandboxVariant is the figures of sandboxes created with extra flags.
+type sandboxVariant struct {
+	label                           string
+	create, del, execute, ephemeral []time.Duration
 }
 
 // ephemeralTarget is the median `exec --ephemeral -- true` should stay under on 2 cores.
@@ -108,7 +118,61 @@ func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 		}
 		r.ephemeral = append(r.ephemeral, d)
 	}
+	variants := []struct {
+		label string
+		extra []string
+	}{{"--disk 32M", []string{"--disk", "32M"}}}
+	if _, err := exec.LookPath("runsc"); err == nil && filepath.Base(e.cfg.sandboxRT) != "runsc" {
+		variants = append(variants, struct {
+			label string
+			extra []string
+		}{"runsc", []string{"--runtime", "runsc"}})
+	}
+	for i, v := range variants {
+		e.progress("sandbox %s: %d cold create/exec/delete cycles, %d exec --ephemeral", v.label, cycles, cycles)
+		got, err := sandboxCycles(airlock, append(slices.Clone(create), v.extra...), fmt.Sprintf("benchv%d-", i), stateDir, cycles)
+		got.label = v.label
+		r.variants = append(r.variants, got)
+		if err != nil {
+			r.err = err
+			return r
+		}
+	}
 	return r
+}
+
+// sandboxCycles measures cycles of create, exec true and delete, then cycles of exec
+// --ephemeral -- true, with the create flags create (the last runtime flag wins).
+func sandboxCycles(airlock func(...string) (time.Duration, error), create []string, prefix, stateDir string, cycles int) (sandboxVariant, error) {
+	var v sandboxVariant
+	step := func(into *[]time.Duration, args ...string) error {
+		d, err := airlock(args...)
+		if err == nil {
+			*into = append(*into, d)
+		}
+		return err
+	}
+	for i := range cycles {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		err := step(&v.create, append([]string{"create", name}, create...)...)
+		if err == nil {
+			err = step(&v.execute, "exec", "--state-dir", stateDir, name, "true")
+		}
+		if derr := step(&v.del, "delete", name, "--state-dir", stateDir); err == nil {
+			err = derr
+		}
+		if err != nil {
+			return v, err
+		}
+	}
+	for i := range cycles {
+		name := fmt.Sprintf("%seph%d", prefix, i)
+		if err := step(&v.ephemeral, append(append([]string{"exec", "--ephemeral"}, create...), name, "--", "true")...); err != nil {
+			_, _ = airlock("delete", name, "--state-dir", stateDir)
+			return v, err
+		}
+	}
+	return v, nil
 }
 
 func printSandboxReport(w io.Writer, r sandboxReport) {
@@ -145,6 +209,13 @@ func printSandboxReport(w io.Writer, r sandboxReport) {
 		}
 	}
 	row("ephemeral", r.ephemeral, met)
+	for _, v := range r.variants {
+		fmt.Fprintf(w, "  with %s:\n", v.label)
+		row("create", v.create, "")
+		row("exec", v.execute, "")
+		row("delete", v.del, "")
+		row("ephemeral", v.ephemeral, "")
+	}
 }
 
 // airlock returns the airlock binary the bench runs, building it into dir if no leg has yet.
