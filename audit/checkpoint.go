@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -152,27 +153,42 @@ func (c Checkpoint) Verify(pub ed25519.PublicKey) bool {
 	return len(pub) == ed25519.PublicKeySize && ed25519.Verify(pub, c.Message(), c.Sig)
 }
 
-// checkpointer appends signed checkpoints to a file. Only the writer goroutine uses it.
+// checkpointer appends signed checkpoints to a file. Only the writer goroutine uses it. With
+// a local key it signs and writes on the writer goroutine; with a remote Signer it hands the
+// checkpoints to a signQueue.
 type checkpointer struct {
 	f       *os.File
-	key     ed25519.PrivateKey
+	signer  Signer
+	queue   *signQueue // nil with a local key
 	lastSeq uint64
 	lastAt  time.Time
 }
 
-func openCheckpointer(path string, key ed25519.PrivateKey, sandbox string, seq uint64) (*checkpointer, error) {
+// openCheckpointer opens the checkpoint file; note logs an event into the chain (the signing
+// queue's outage notes).
+func openCheckpointer(path string, s Signer, now func() time.Time, seq uint64, note func(Event)) (*checkpointer, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open audit checkpoints: %w", err)
 	}
-	return &checkpointer{f: f, key: key, lastSeq: seq, lastAt: time.Now()}, nil
+	cp := &checkpointer{f: f, signer: s, lastSeq: seq, lastAt: now()}
+	if _, local := s.(keySigner); !local {
+		cp.queue = newSignQueue(s, f, now, note)
+	}
+	return cp, nil
 }
 
-// write signs c and appends it.
+// write signs c and appends it, or queues it for the remote signer.
 func (cp *checkpointer) write(c Checkpoint) error {
-	c.Key = cp.key.Public().(ed25519.PublicKey)
-	c.Version = checkpointVersion
-	c.Sig = ed25519.Sign(cp.key, c.Message())
+	if cp.queue != nil {
+		cp.queue.submit(c)
+		cp.lastSeq, cp.lastAt = c.Seq, c.Time
+		return nil
+	}
+	c, err := signCheckpoint(context.Background(), cp.signer, c)
+	if err != nil {
+		return err
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -184,11 +200,16 @@ func (cp *checkpointer) write(c Checkpoint) error {
 	return nil
 }
 
-func (cp *checkpointer) close() error {
-	if err := cp.f.Close(); err != nil {
-		return fmt.Errorf("close audit checkpoints: %w", err)
+// close waits (up to grace) for queued checkpoints to be signed, then closes the file.
+func (cp *checkpointer) close(grace time.Duration) error {
+	var err error
+	if cp.queue != nil {
+		err = cp.queue.finish(grace)
 	}
-	return nil
+	if cerr := cp.f.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close audit checkpoints: %w", cerr))
+	}
+	return err
 }
 
 // GenerateKey makes a new Ed25519 signing key for checkpoints.

@@ -101,8 +101,16 @@ type Options struct {
 	// bytes or is that old; 0 never rotates on that ground.
 	MaxBytes int64
 	MaxAge   time.Duration
-	// Key signs checkpoints of the chain; nil writes none.
+	// Key signs checkpoints of the chain; nil writes none (unless Signer is set).
 	Key ed25519.PrivateKey
+	// Signer, when set, signs checkpoints instead of Key: a signing service such as Vault's
+	// Transit engine, so that the private key stays out of the sidecar. It signs on its own
+	// goroutine: the chain goes on while it fails, its checkpoints wait and are retried with
+	// backoff (Signing says so), and none is written unsigned or signed otherwise.
+	Signer Signer
+	// SignGrace is how long Close waits for checkpoints a Signer has not signed yet; 0 means
+	// DefaultSignGrace. Those still unsigned then are not written, and Close says so.
+	SignGrace time.Duration
 	// Checkpoints is the file checkpoints are appended to; "" means File + ".checkpoints"
 	// (or no checkpoints without File).
 	Checkpoints string
@@ -148,6 +156,9 @@ func New(o Options) (*Logger, error) {
 	if o.FloodInterval <= 0 {
 		o.FloodInterval = DefaultFloodInterval
 	}
+	if o.SignGrace <= 0 {
+		o.SignGrace = DefaultSignGrace
+	}
 	l := &Logger{sandbox: o.Sandbox, now: o.Now, redact: o.Redact, opts: o, primary: w,
 		recent: make([][]byte, o.Keep), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
 	if o.File != "" {
@@ -158,12 +169,16 @@ func New(o Options) (*Logger, error) {
 		l.file, l.primary, l.mirror = f, nil, w
 		l.seq, l.prev = f.seq, f.prev
 		l.written, l.writtenHash = f.seq, f.prev
-		if o.Key != nil {
+		signer := o.Signer
+		if signer == nil && o.Key != nil {
+			signer = KeySigner(o.Key)
+		}
+		if signer != nil {
 			path := o.Checkpoints
 			if path == "" {
 				path = o.File + ".checkpoints"
 			}
-			if l.cp, err = openCheckpointer(path, o.Key, o.Sandbox, f.seq); err != nil {
+			if l.cp, err = openCheckpointer(path, signer, o.Now, f.seq, l.Log); err != nil {
 				_ = f.close()
 				return nil, err
 			}
@@ -305,18 +320,30 @@ func (l *Logger) Close() error {
 	default:
 	}
 	<-l.done
+	var cpErr error
+	if !already && l.cp != nil {
+		// Without l.mu: the signing queue logs its outage notes through it.
+		cpErr = l.cp.close(l.opts.SignGrace)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err := errors.Join(l.writeErr, l.cpErr, l.sealErr)
-	if !already {
-		if l.cp != nil {
-			err = errors.Join(err, l.cp.close())
-		}
-		if l.file != nil {
-			if cerr := l.file.close(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("close audit log: %w", cerr))
-			}
+	err := errors.Join(l.writeErr, l.cpErr, l.sealErr, cpErr)
+	if !already && l.file != nil {
+		if cerr := l.file.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close audit log: %w", cerr))
 		}
 	}
 	return err
+}
+
+// Signing returns the state of checkpoint signing: with a remote Signer, whether
+// checkpoints wait for it and why. The zero SignStatus means no checkpoints are signed.
+func (l *Logger) Signing() SignStatus {
+	switch {
+	case l.cp == nil:
+		return SignStatus{}
+	case l.cp.queue != nil:
+		return l.cp.queue.status()
+	}
+	return SignStatus{Signer: l.cp.signer.String()}
 }

@@ -61,6 +61,11 @@ const (
 	ReasonAuditUnavailable   Reason = "audit_unavailable"     // the audit log cannot be written: fail closed (503)
 )
 
+// ReasonAuditSigningUnavailable is the reason of the audit log's own event saying that
+// checkpoint signing (a signing service: --audit-sign vault-transit:) fails, and again that it
+// resumed. No request is refused for it.
+const ReasonAuditSigningUnavailable Reason = "audit_signing_unavailable"
+
 // Reasons of the credential broker.
 const (
 	ReasonCredentialMisuse      Reason = "credential_misuse"      // a placeholder went where its rule does not bind it
@@ -133,6 +138,7 @@ const (
 	EmitLLM         Emitter = "llm"         // the model API
 	EmitKernel      Emitter = "kernel"      // a kernel deny event
 	EmitApproval    Emitter = "approval"    // the approval stage (spec.approval)
+	EmitAudit       Emitter = "audit"       // the audit log itself (an event about the trail)
 	EmitUsage       Emitter = "usage"       // the usage meter (spec.usage)
 )
 
@@ -218,6 +224,8 @@ var reasonCatalogue = []ReasonInfo{
 		"use http:// or https://"},
 	{ReasonAuditUnavailable, EmitProxy, http.StatusServiceUnavailable, "the audit log cannot be written (disk full, read-only), so nothing is let through unrecorded",
 		"retry later; the operator frees space on the audit volume (/readyz says why); service resumes without a restart"},
+	{ReasonAuditSigningUnavailable, EmitAudit, 0, "checkpoint signing by a signing service (Vault Transit) fails; the checkpoints wait unsigned and are retried, and requests go on (an event when it starts failing, one when it resumes)",
+		"the operator restores Vault or the sidecar's access to the transit key (/readyz and the event say why); nothing is lost while the sidecar runs"},
 
 	{ReasonCredentialMisuse, EmitCredentials, http.StatusForbidden, "a credential placeholder went to a destination or location its rule does not bind it to",
 		"send the placeholder only where its rule injects it"},

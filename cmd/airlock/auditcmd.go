@@ -35,6 +35,7 @@ func auditCmd(args []string, stdout, stderr io.Writer) error {
 func auditFlags(fs *cli.FlagSet, c *sidecar.Config) {
 	a := &c.Audit
 	fs.StringVar(&a.Key, "audit-key", "", "Ed25519 key (PKCS #8 PEM) that signs audit checkpoints; created when absent; default: audit-signing.key in --state-dir. Keep it off the log's volume (docs/audit.md: Where the key lives)")
+	fs.StringVar(&a.Sign, "audit-sign", "local", "who signs audit checkpoints: local (the --audit-key key) or vault-transit:MOUNT/KEY (an ed25519 key of Vault's Transit engine, with the --vault-* login; the private key never enters the sidecar; docs/audit.md: Signing with Vault Transit)")
 	fs.StringVar(&a.Checkpoints, "audit-checkpoints", "", "file the signed checkpoints are appended to; default: the --audit-log file + .checkpoints")
 	fs.Int64Var(&a.MaxBytes, "audit-max-bytes", 0, "rotate the --audit-log file when it reaches this size (0: never on size)")
 	fs.DurationVar(&a.MaxAge, "audit-max-age", 0, "rotate the --audit-log file when it is this old (0: never on age)")
@@ -83,7 +84,12 @@ An s3://BUCKET/PREFIX/ (or file:///DIR) argument verifies what sidecars shipped 
 shipped (a delete marker or a newer version over one is reported, and read past), its
 segments joined in order (a missing object is named by its sequence range) and closed by a
 closing marker. A chain without one is reported "open, last shipped seq N" and exits 4.
-Read-only S3 credentials suffice (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).`
+Read-only S3 credentials suffice (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+
+Checkpoints signed by Vault's Transit engine (--audit-sign vault-transit:MOUNT/KEY) verify
+with --vault-transit-key MOUNT/KEY: the public keys of every version still in Vault are read
+with VAULT_ADDR and VAULT_TOKEN (or export them once with airlock audit pubkey
+--vault-transit-key and pass the file as --key).`
 
 // exitUnanchored is verify's exit status for a trail not tampered but not proven by the key.
 const exitUnanchored = 3
@@ -91,6 +97,7 @@ const exitUnanchored = 3
 func auditVerify(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("audit verify", "airlock audit verify FILE... [--key PUB] [--json]", verifyLong, stderr)
 	keyFile := fs.String("key", "", "public key (PEM, from airlock audit keygen or pubkey) the checkpoints must be signed with; several PEM blocks: any of them (a key rotation), each checkpoint checked against the one it names")
+	transit := fs.String("vault-transit-key", "", transitKeyHelp)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	every := fs.Duration("checkpoint-every", audit.DefaultCheckpointEvery, "the --audit-checkpoint-every the log was written with")
 	var sf storeFlags
@@ -107,6 +114,11 @@ func auditVerify(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tkeys, err := transitKeys(*transit)
+	if err != nil {
+		return err
+	}
+	keys = append(keys, tkeys...)
 	if len(files) == 1 && isShipped(files[0]) {
 		return verifyShipped(files[0], &sf, keys, *every, stdout)
 	}
@@ -219,10 +231,13 @@ func writePublic(pub ed25519.PublicKey, path string, stdout io.Writer) error {
 }
 
 func auditPubkey(args []string, stdout, stderr io.Writer) error {
-	fs := cli.NewFlagSet("audit pubkey", "airlock audit pubkey [--key KEY | --state-dir DIR]", `
+	fs := cli.NewFlagSet("audit pubkey", "airlock audit pubkey [--key KEY | --state-dir DIR | --vault-transit-key MOUNT/KEY]", `
 Print the public key (PEM) of the checkpoint signing key a sidecar uses: --key, else
-audit-signing.key in --state-dir. Hand it to whoever runs airlock audit verify --key.`, stderr)
+audit-signing.key in --state-dir. Hand it to whoever runs airlock audit verify --key.
+With --vault-transit-key, print the public keys of every version of that Vault Transit key
+(VAULT_ADDR, VAULT_TOKEN), oldest first: a key file for verify --key across rotations.`, stderr)
 	keyFile := fs.String("key", "", "the signing key (what airlock run --audit-key names)")
+	transit := fs.String("vault-transit-key", "", transitKeyHelp)
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory holding audit-signing.key when --key is not given (env AIRLOCK_STATE_DIR)")
 	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
@@ -231,6 +246,9 @@ audit-signing.key in --state-dir. Hand it to whoever runs airlock audit verify -
 	if len(rest) != 0 {
 		fs.Usage()
 		return cli.ErrUsage
+	}
+	if *transit != "" {
+		return writeTransitPublic(*transit, stdout)
 	}
 	path := *keyFile
 	if path == "" {

@@ -15,7 +15,8 @@ import (
 //	/healthz       200 while the process serves
 //	/readyz        200 once every listener is up and a policy is loaded, and while the audit
 //	               log takes writes and (with --audit-ship-fail-closed) the shipping backlog
-//	               is not full; else 503 saying why. The body says when shipping lags.
+//	               is not full; else 503 saying why. The body says when shipping lags, and
+//	               when checkpoint signing (--audit-sign vault-transit:) lags.
 //	/metrics       Prometheus metrics
 //	/v1/decisions  the most recent audit events, newest first (JSON)
 //	/v1/usage      model usage per model and the budget left (JSON; 404 with --llm-addr off)
@@ -68,6 +69,9 @@ func (a *adminComponent) mux() *http.ServeMux {
 			_, _ = w.Write([]byte("ready: policy " + s.store.Current().Name() + "\n"))
 			if shipLine != "" {
 				_, _ = w.Write([]byte(shipLine + "\n"))
+			}
+			if signLine := s.signingReadyz(); signLine != "" {
+				_, _ = w.Write([]byte(signLine + "\n"))
 			}
 		default:
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -25,7 +25,7 @@ func (s *Sidecar) openAudit(stderr io.Writer) (*audit.Logger, error) {
 		Checkpoints: s.cfg.Audit.Checkpoints, CheckpointEvery: s.cfg.Audit.CheckpointEvery,
 		// A shipped log seals its tail at shutdown, so that the shipper can take it.
 		SealOnClose: s.cfg.Ship.enabled()}
-	if s.cfg.AuditLog != "" {
+	if o.Signer = s.auditSigner(); o.Signer == nil && s.cfg.AuditLog != "" {
 		path := s.cfg.Audit.Key
 		if path == "" {
 			path = filepath.Join(s.cfg.StateDir, AuditKeyFile)

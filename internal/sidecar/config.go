@@ -128,8 +128,12 @@ type Limits struct {
 // at StateDir/audit-signing.key (created when absent), checkpoints beside the log.
 type AuditConfig struct {
 	// Key is the Ed25519 signing key (PKCS #8 PEM) checkpoints are signed with
-	// (--audit-key); it is created when absent.
+	// (--audit-key); it is created when absent. Unused with Sign.
 	Key string
+	// Sign is who signs checkpoints (--audit-sign): "" or "local" for Key,
+	// "vault-transit:MOUNT/KEY" for an ed25519 key of Vault's Transit engine (the private
+	// key never enters the sidecar; needs --vault-addr).
+	Sign string
 	// Checkpoints is the checkpoint file (--audit-checkpoints); "" means AuditLog +
 	// ".checkpoints".
 	Checkpoints string
@@ -211,6 +215,9 @@ func (c *Config) Validate() error {
 	case "", "auto", "off":
 	default:
 		return fmt.Errorf("--http1-fastpath %q: use auto or off", c.Limits.HTTP1FastPath)
+	}
+	if err := c.validateAuditSign(); err != nil {
+		return err
 	}
 	if err := c.Ship.validate(c.AuditLog, c.Vault.Addr); err != nil {
 		return err

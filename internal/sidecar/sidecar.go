@@ -44,6 +44,7 @@ type Sidecar struct {
 	log      *logrus.Logger
 	redactor *credentials.Redactor
 	audit    *audit.Logger
+	transit  *transitSigner // --audit-sign vault-transit:, else nil
 	store    *policy.Store
 	reg      *prometheus.Registry
 	resolver *egress.CachingResolver
@@ -173,6 +174,9 @@ func (s *Sidecar) Start(ctx context.Context) (err error) {
 			s.Close()
 		}
 	}()
+	if err := s.startAuditSigner(ctx); err != nil {
+		return err
+	}
 	for _, c := range s.components() {
 		s.mu.Lock()
 		s.started = append(s.started, c)
@@ -250,6 +254,7 @@ func (s *Sidecar) shared() error {
 	}
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registerSigningMetrics()
 	if err := s.appr.build(); err != nil {
 		s.audit.Close()
 		return err
@@ -278,11 +283,18 @@ func (s *Sidecar) Close() error {
 	}
 	s.wg.Wait()
 	if s.audit != nil {
-		errs = append(errs, s.audit.Close())
+		if err := s.audit.Close(); err != nil {
+			// Run's caller does not see Close's error: say it (unsigned checkpoints, say).
+			s.log.WithField("error", err.Error()).Error("audit log closed with an error")
+			errs = append(errs, err)
+		}
 		// The log sealed its tail at Close: ship it and the closing marker.
 		if err := s.ship.finish(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.closeAuditSigner(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close audit signer: %w", err))
 	}
 	return errors.Join(errs...)
 }

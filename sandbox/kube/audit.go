@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -97,7 +98,11 @@ type auditSettings struct {
 	csiDriver string            // AnnotationAuditCSIDriver: an inline CSI volume instead
 	csiAttrs  map[string]string // AnnotationAuditCSIAttributes
 	keySecret string            // AnnotationAuditKeySecret: the signing key's Secret
+	transit   string            // AnnotationAuditSigningTransit: MOUNT/KEY of a Vault Transit key
 }
+
+// transitRef is a Vault Transit key's MOUNT/KEY: path segments of Vault's name characters.
+var transitRef = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`)
 
 // auditSettingsFor reads and checks the pod's audit annotations.
 func auditSettingsFor(pod *corev1.Pod) (auditSettings, error) {
@@ -111,8 +116,13 @@ func auditSettingsFor(pod *corev1.Pod) (auditSettings, error) {
 			return s, deniedf("annotation %s %q is not a resource name: %s", ann, v, errs[0])
 		}
 	}
+	s.transit = pod.Annotations[AnnotationAuditSigningTransit]
 	attrs := pod.Annotations[AnnotationAuditCSIAttributes]
 	switch {
+	case s.transit != "" && (!transitRef.MatchString(s.transit) || strings.Contains("/"+s.transit+"/", "/../") || strings.Contains("/"+s.transit+"/", "/./")):
+		return s, deniedf("annotation %s %q: want MOUNT/KEY of a Vault Transit key, e.g. transit/airlock-audit", AnnotationAuditSigningTransit, s.transit)
+	case s.transit != "" && s.keySecret != "":
+		return s, deniedf("annotations %s and %s are exclusive: checkpoints have one signer", AnnotationAuditSigningTransit, AnnotationAuditKeySecret)
 	case s.claim != "" && s.csiDriver != "":
 		return s, deniedf("annotations %s and %s are exclusive: the trail has one volume", AnnotationAuditClaim, AnnotationAuditCSIDriver)
 	case attrs != "" && s.csiDriver == "":
@@ -139,6 +149,9 @@ func (a *AuditOptions) args(s auditSettings) []string {
 	}
 	if s.keySecret != "" {
 		out = append(out, "--audit-key", path.Join(auditKeyDir, AuditKeySecretKey))
+	}
+	if s.transit != "" {
+		out = append(out, "--audit-sign", "vault-transit:"+s.transit)
 	}
 	if a.S3Bucket == "" {
 		return out

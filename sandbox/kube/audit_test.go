@@ -172,3 +172,44 @@ func TestAuditOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditSigningTransitAnnotation: the annotation makes the sidecar sign checkpoints with
+// the named Vault Transit key through its Vault login; without the webhook's Vault settings,
+// with a Secret key too, or naming no MOUNT/KEY, the pod is refused.
+func TestAuditSigningTransitAnnotation(t *testing.T) {
+	o := auditTestOptions()
+	o.Vault = VaultOptions{Address: "https://vault.vault.svc:8200", Role: "airlock"}
+	h := newTestHandler(t, o)
+	pod := basePod()
+	pod.Annotations[AnnotationAuditSigningTransit] = "transit/team-a-audit"
+	got := applyPatch(t, pod, admit(t, h, pod, "team-a"))
+	sc := got.Spec.InitContainers[0]
+	if v, _ := argValue(sc.Args, "--audit-sign"); v != "vault-transit:transit/team-a-audit" {
+		t.Errorf("sidecar --audit-sign = %q, want vault-transit:transit/team-a-audit", v)
+	}
+	if _, ok := argValue(sc.Args, "--audit-key"); ok {
+		t.Errorf("sidecar args %v: a local --audit-key beside the transit key", sc.Args)
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*corev1.Pod, *Options)
+		value string
+	}{
+		{"no vault", func(_ *corev1.Pod, o *Options) { o.Vault = VaultOptions{} }, "transit/k"},
+		{"a secret key too", func(p *corev1.Pod, _ *Options) { p.Annotations[AnnotationAuditKeySecret] = "team-a-audit-key" }, "transit/k"},
+		{"no mount", func(*corev1.Pod, *Options) {}, "k"},
+		{"a dot-dot segment", func(*corev1.Pod, *Options) {}, "transit/../sys/k"},
+		{"an argument", func(*corev1.Pod, *Options) {}, "transit/k --audit-key=/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := auditTestOptions()
+			o.Vault = VaultOptions{Address: "https://vault.vault.svc:8200", Role: "airlock"}
+			pod := basePod()
+			pod.Annotations[AnnotationAuditSigningTransit] = tc.value
+			tc.edit(pod, &o)
+			if _, err := Mutate(pod, "team-a", &o); !errors.Is(err, ErrDenied) {
+				t.Errorf("Mutate: %v, want a refusal", err)
+			}
+		})
+	}
+}

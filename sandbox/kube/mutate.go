@@ -138,8 +138,13 @@ func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error
 		return s, deniedf("sandbox name %s.%s is %d characters, more than the %d the sidecar's kernel enforcement accepts: shorten the pod name", namespace, name, n, maxSandboxName)
 	}
 	var err error
-	s.audit, err = auditSettingsFor(pod)
-	return s, err
+	if s.audit, err = auditSettingsFor(pod); err != nil {
+		return s, err
+	}
+	if s.audit.transit != "" && o.Vault.Address == "" {
+		return s, deniedf("annotation %s needs the webhook's Vault settings (--vault-addr): the sidecar signs through its Vault login", AnnotationAuditSigningTransit)
+	}
+	return s, nil
 }
 
 // dangerousCaps are capabilities that would let an app container detach or bypass the

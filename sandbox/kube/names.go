@@ -35,6 +35,12 @@ const (
 	// sidecar alone. Without it the sidecar makes a key on its state volume (the pod holds
 	// it): the fallback. docs/audit.md says which to choose.
 	AnnotationAuditKeySecret = "airlock.dev/audit-signing-secret"
+	// AnnotationAuditSigningTransit names a Vault Transit key, MOUNT/KEY (an ed25519 key),
+	// that signs the trail's checkpoints (the sidecar's --audit-sign vault-transit:MOUNT/KEY):
+	// the private key stays in Vault, the recommended setup. It needs the webhook's Vault
+	// settings (the sidecar signs with its Kubernetes-auth login); not with
+	// AnnotationAuditKeySecret.
+	AnnotationAuditSigningTransit = "airlock.dev/audit-signing-vault-transit"
 
 	// SchedulingGate on a pod keeps it from being scheduled until the webhook injects the
 	// sidecar and removes the gate: a labelled pod created while the webhook is not
