@@ -2,18 +2,16 @@ package llmproxy
 
 import (
 	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/crcline"
 )
 
 // commitInterval is the least time between two group commits of the ledger. An fsync holds
@@ -52,44 +50,6 @@ type Record struct {
 	// Estimated marks a settle that charged the reservation because the real usage is
 	// unknown (stream cut or interrupted, sidecar restart).
 	Estimated bool `json:"estimated,omitempty"`
-}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// crcField is what every line ends with before its newline: `,"crc":"xxxxxxxx"}`.
-const crcPrefix = `,"crc":"`
-
-// encodeRecord is one ledger line: the record's JSON with a CRC-32C of that JSON appended as
-// a last field, and a newline.
-func encodeRecord(r Record) []byte {
-	b, _ := json.Marshal(r)
-	sum := crc32.Checksum(b, castagnoli)
-	line := make([]byte, 0, len(b)+20)
-	line = append(line, b[:len(b)-1]...)
-	line = append(line, crcPrefix...)
-	line = hex.AppendEncode(line, []byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
-	return append(line, '"', '}', '\n')
-}
-
-// decodeRecord checks and decodes one line without its newline.
-func decodeRecord(line []byte) (Record, bool) {
-	i := bytes.LastIndex(line, []byte(crcPrefix))
-	if i < 0 || len(line) != i+len(crcPrefix)+8+2 || !bytes.HasSuffix(line, []byte(`"}`)) {
-		return Record{}, false
-	}
-	want, err := strconv.ParseUint(string(line[i+len(crcPrefix):i+len(crcPrefix)+8]), 16, 32)
-	if err != nil {
-		return Record{}, false
-	}
-	body := append(append([]byte(nil), line[:i]...), '}')
-	if uint64(crc32.Checksum(body, castagnoli)) != want {
-		return Record{}, false
-	}
-	var r Record
-	if json.Unmarshal(body, &r) != nil {
-		return Record{}, false
-	}
-	return r, true
 }
 
 // ModelUsage is the usage of one model in the ledger.
@@ -401,4 +361,23 @@ func (l *Ledger) Close() error {
 		err = fmt.Errorf("close usage ledger: %w", cerr)
 	}
 	return err
+}
+
+// encodeRecord is one ledger line for r (package crcline's format); nil when r does not marshal
+// (a figure that is not a number), which keeps nothing rather than a line that cannot be read.
+func encodeRecord(r Record) []byte {
+	line, err := crcline.Encode(r)
+	if err != nil {
+		return nil
+	}
+	return line
+}
+
+// decodeRecord checks and decodes one line without its newline.
+func decodeRecord(line []byte) (Record, bool) {
+	var r Record
+	if !crcline.Decode(line, &r) {
+		return Record{}, false
+	}
+	return r, true
 }

@@ -2,18 +2,16 @@ package meter
 
 import (
 	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/airlock-dev/airlock/internal/crcline"
 )
 
 // File names of the usage ledgers.
@@ -100,39 +98,6 @@ type Record struct {
 
 // TotalUSD is compute and model spend together.
 func (r Record) TotalUSD() float64 { return r.ComputeUSD + r.ModelUSD }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-const crcPrefix = `,"crc":"`
-
-// encode is one ledger line: the record's JSON with a CRC-32C of it as a last field (the
-// same framing as the model API's ledger, so a torn or edited line is told apart).
-func encode(r Record) []byte {
-	b, _ := json.Marshal(r)
-	sum := crc32.Checksum(b, castagnoli)
-	line := append([]byte(nil), b[:len(b)-1]...)
-	line = append(line, crcPrefix...)
-	line = hex.AppendEncode(line, []byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
-	return append(line, '"', '}', '\n')
-}
-
-// decode checks and decodes one line without its newline.
-func decode(line []byte) (Record, bool) {
-	i := bytes.LastIndex(line, []byte(crcPrefix))
-	if i < 0 || len(line) != i+len(crcPrefix)+8+2 || !bytes.HasSuffix(line, []byte(`"}`)) {
-		return Record{}, false
-	}
-	want, err := strconv.ParseUint(string(line[i+len(crcPrefix):i+len(crcPrefix)+8]), 16, 32)
-	if err != nil {
-		return Record{}, false
-	}
-	body := append(append([]byte(nil), line[:i]...), '}')
-	var r Record
-	if uint64(crc32.Checksum(body, castagnoli)) != want || json.Unmarshal(body, &r) != nil {
-		return Record{}, false
-	}
-	return r, true
-}
 
 // life is a record's key and its first sample's time: the archive holds every sandbox ever
 // deleted, a name used twice among them.
@@ -352,4 +317,23 @@ func Archive(path string, r Record) error {
 	}
 	r.Kind = KindFinal
 	return errors.Join(l.Append(r), l.Close())
+}
+
+// encode is one ledger line for r (package crcline's format); nil when r does not marshal
+// (a figure that is not a number), which keeps nothing rather than a line that cannot be read.
+func encode(r Record) []byte {
+	line, err := crcline.Encode(r)
+	if err != nil {
+		return nil
+	}
+	return line
+}
+
+// decode checks and decodes one line without its newline.
+func decode(line []byte) (Record, bool) {
+	var r Record
+	if !crcline.Decode(line, &r) {
+		return Record{}, false
+	}
+	return r, true
 }

@@ -17,7 +17,7 @@ var layers = [][]string{
 	// Leaves of the data plane and the kernel: the dial guard, the credential broker's
 	// interfaces, the kernel enforcement, and small helpers that import nothing above them.
 	{"egress", "credentials", "ebpf", "internal/trust", "internal/imagebuild", "llmproxy/translate",
-		"proxy/internal/xconnect"},
+		"proxy/internal/xconnect", "internal/crcline"},
 	// The data plane, and what reads the contract's records.
 	{"proxy", "dnsfilter", "llmproxy", "credentials/vault", "learn", "audit/ship", "audit/ocsf", "approval",
 		"meter"},
