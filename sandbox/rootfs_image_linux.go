@@ -215,31 +215,7 @@ var imageEtcFiles = []string{"hosts", "hostname", "resolv.conf"}
 // writeImageEtc writes airlock's files for the image's /etc into dir (outside the root
 // filesystem: a sandbox cannot change them).
 func writeImageEtc(st *State, dir string) error {
-	files := map[string]string{
-		"hostname": st.Name + "\n",
-		"hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-	}
-	if st.Network == NetworkNone {
-		files["resolv.conf"] = "# airlock sandbox " + st.Name + ": --network none, no resolver\n"
-	} else {
-		files["hosts"] += st.SandboxAddr + "\t" + st.Name + "\n"
-		files["resolv.conf"] = string(st.resolvConf())
-		if err := copyFile(st.EnvFile(), filepath.Join(dir, "airlock", "env")); err != nil {
-			return err
-		}
-		if err := copyFile(st.CABundle(), filepath.Join(dir, "airlock", "ca", "ca-bundle.pem")); err != nil {
-			return err
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "airlock"), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	for name, content := range files {
-		if err := writeFileReplace(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeAirlockEtc(st, dir, nil)
 }
 
 // prepareEtcMountPoints makes the image's /etc/hosts, hostname and resolv.conf plain files

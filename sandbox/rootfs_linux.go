@@ -150,11 +150,25 @@ func writeEtc(st *State, etc string) error {
 		}
 	}
 	home := st.Container.Workdir
+	if err := writeAirlockEtc(st, etc, map[string]string{
+		"passwd": "root:x:0:0:root:" + home + ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":  "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n",
+	}); err != nil {
+		return err
+	}
+	return replaceSymlink("/proc/self/mounts", filepath.Join(etc, "mtab"))
+}
+
+// writeAirlockEtc writes the /etc files airlock makes for every sandbox into etc: hostname,
+// hosts and resolv.conf (none of the sidecar's with --network none), airlock/env and
+// airlock/ca/ca-bundle.pem, and the extra files given.
+func writeAirlockEtc(st *State, etc string, extra map[string]string) error {
 	files := map[string]string{
-		"passwd":   "root:x:0:0:root:" + home + ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":    "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n",
 		"hostname": st.Name + "\n",
 		"hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	}
+	for name, content := range extra {
+		files[name] = content
 	}
 	if st.Network == NetworkNone {
 		files["resolv.conf"] = "# airlock sandbox " + st.Name + ": --network none, no resolver\n"
@@ -168,12 +182,15 @@ func writeEtc(st *State, etc string) error {
 			return err
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(etc, "airlock"), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", etc, err)
+	}
 	for name, content := range files {
 		if err := writeFileReplace(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
-	return replaceSymlink("/proc/self/mounts", filepath.Join(etc, "mtab"))
+	return nil
 }
 
 // copyEtcEntry copies a host /etc file (a link as a link) into the sandbox's /etc; a missing
