@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,24 +102,12 @@ func runKernelBench(ctx context.Context, progress func(string, ...any)) kernelRe
 	addr := ln.Addr().(*net.TCPAddr).AddrPort()
 
 	var rep kernelReport
-	plain := filepath.Join(root, fmt.Sprintf("airlock-bench-plain-%d", os.Getpid()))
-	enforced := filepath.Join(root, fmt.Sprintf("airlock-bench-ebpf-%d", os.Getpid()))
-	for _, d := range []string{plain, enforced} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return kernelReport{err: err}
-		}
-		defer os.Remove(d)
-	}
-	sandbox := fmt.Sprintf("bench-%d", os.Getpid())
-	enf, err := ebpf.Open(ebpf.Config{Sandbox: sandbox, Cgroup: enforced})
+	pair, err := newCgroupPair(root, "kernel", addr)
 	if err != nil {
 		return kernelReport{err: err}
 	}
-	defer ebpf.Remove("", sandbox)
-	defer enf.Close()
-	if err := enf.Allow(addr.Addr(), []uint16{addr.Port()}, time.Now().Add(time.Hour)); err != nil {
-		return kernelReport{err: err}
-	}
+	defer pair.Close()
+	plain, enforced, enf := pair.plain, pair.enforced, pair.enf
 
 	// Alternate the two cgroups and take medians, so load from elsewhere hits both alike.
 	var without, with []float64

@@ -86,24 +86,12 @@ func runUsageBench(ctx context.Context, e *env, root string) usageReport {
 	defer ln.Close()
 	go serveZeros(ln)
 	addr := ln.Addr().(*net.TCPAddr).AddrPort()
-	plain := filepath.Join(cgRoot, fmt.Sprintf("airlock-bench-uplain-%d", os.Getpid()))
-	enforced := filepath.Join(cgRoot, fmt.Sprintf("airlock-bench-usage-%d", os.Getpid()))
-	for _, d := range []string{plain, enforced} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return usageReport{err: err}
-		}
-		defer os.Remove(d)
-	}
-	sandbox := fmt.Sprintf("bench-usage-%d", os.Getpid())
-	enf, err := ebpf.Open(ebpf.Config{Sandbox: sandbox, Cgroup: enforced})
+	pair, err := newCgroupPair(cgRoot, "usage", addr)
 	if err != nil {
 		return usageReport{err: err}
 	}
-	defer ebpf.Remove("", sandbox)
-	defer enf.Close()
-	if err := enf.Allow(addr.Addr(), []uint16{addr.Port()}, time.Now().Add(time.Hour)); err != nil {
-		return usageReport{err: err}
-	}
+	defer pair.Close()
+	plain, enforced, enf := pair.plain, pair.enforced, pair.enf
 	m, err := benchMeter(root, enforced, enf)
 	if err != nil {
 		return usageReport{err: err}
