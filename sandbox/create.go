@@ -486,12 +486,13 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sidecarEnv := c.o.Env
+	env := withoutNotify(c.o.Env)
+	sidecarEnv := env
 	if notify != nil {
 		defer notify.Close()
-		sidecarEnv = append(slices.Clone(c.o.Env), notify.Env())
+		sidecarEnv = append(slices.Clone(env), notify.Env())
 	}
-	sidecarDone, err := m.startSidecar(st, sidecarEnv, c.o.Env, !c.deferSupervisor)
+	sidecarDone, err := m.startSidecar(st, sidecarEnv, env, !c.deferSupervisor)
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -93,4 +95,11 @@ func senderPid(oob []byte) int {
 func (r *readyListener) Close() {
 	r.conn.Close()
 	_ = os.Remove(r.path)
+}
+
+// withoutNotify is env without NOTIFY_SOCKET: a sidecar tells only the ready socket its
+// manager gave it, never the service manager of the process that runs airlock (a restarted
+// sidecar has no one to tell).
+func withoutNotify(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, "NOTIFY_SOCKET=") })
 }

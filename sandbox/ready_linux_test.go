@@ -70,3 +70,12 @@ func TestReadyListenerLongPath(t *testing.T) {
 		t.Errorf("listenReady(long) = %v, %v; want nil, nil", r, err)
 	}
 }
+
+// TestWithoutNotify: the service manager's NOTIFY_SOCKET never reaches a sidecar.
+func TestWithoutNotify(t *testing.T) {
+	in := []string{"A=1", "NOTIFY_SOCKET=/run/systemd/notify", "B=2"}
+	got := withoutNotify(in)
+	if strings.Join(got, " ") != "A=1 B=2" || len(in) != 3 {
+		t.Errorf("withoutNotify(%q) = %q (input now %q)", in, got, in)
+	}
+}

@@ -126,6 +126,7 @@ func (s *supervisor) adopt(pid int) (*sidecarRun, error) {
 // spawn starts a sidecar as the supervisor's child; it gets SIGTERM if the supervisor dies.
 func (s *supervisor) spawn(restarts int) (*sidecarRun, error) {
 	cmd := exec.Command(s.st.Binary, s.st.SidecarArgs...)
+	cmd.Env = withoutNotify(os.Environ())
 	cmd.Stdout, cmd.Stderr = s.logOut, s.logOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
