@@ -28,8 +28,9 @@ type createStep struct {
 	undoBefore string
 	// undoEarly starts this undo before every other, beside them; it is awaited at its own
 	// place in undo order, so the undos after it still find it done. For what no undo before
-	// it needs: the container (its processes go first, while the sidecar stops) and the veth
-	// pair (the kernel's RCU waits in its deletion need not hold the other steps up).
+	// it needs: the veth pair (the kernel's RCU waits in its deletion need not hold the other
+	// steps up). Not the container: the sidecar's last usage sample, taken as it stops, reads
+	// the container's cgroups, which the container's undo removes.
 	undoEarly bool
 }
 
@@ -72,7 +73,7 @@ func (m *Manager) createSteps() []createStep {
 		{"files", m.doFiles, m.undoFiles, "", false},
 		{"sidecar", m.doSidecar, m.undoSidecar, "", false},
 		{"kernel", m.doKernel, nil, "", false},
-		{"container", m.doContainer, m.undoContainer, "cgroup", true},
+		{"container", m.doContainer, m.undoContainer, "cgroup", false},
 	}
 }
 
@@ -92,7 +93,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
 		_ = c.awaitCreate() // never delete under a create still running
 		return m.undoContainer(ctx, st)
-	}, "cgroup", true}
+	}, "cgroup", false}
 	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
