@@ -84,6 +84,24 @@ struct {
 	__type(value, struct cidr_val);
 } cidrs SEC(".maps");
 
+/* Each identity's protocol tcp ranges (id_tcp), and which identity a cgroup's tasks are
+ * (id_cgroups): both written by the sidecar only, as the policy and the identities' cgroups
+ * come and go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct id_cidr_key);
+	__type(value, struct cidr_val);
+} id_tcp SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u32);
+} id_cgroups SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -241,6 +259,7 @@ static __always_inline void emit(__u8 hook, __u8 reason, const __u8 addr[16], __
 	__builtin_memset(e, 0, sizeof(*e));
 	e->time_ns = bpf_ktime_get_boot_ns();
 	if (with_task) {
+		e->cgid = bpf_get_current_cgroup_id();
 		e->pid = bpf_get_current_pid_tgid() >> 32;
 		e->uid = (__u32)bpf_get_current_uid_gid();
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
@@ -321,6 +340,27 @@ static __always_inline int cidr_match(const __u8 addr[16], __u16 port)
 			break;
 		if (v->ports[i] == port)
 			return v->raw[i] ? 2 : 1;
+	}
+	return 0;
+}
+
+/* identity_tcp reports whether a protocol tcp rule of the identity whose cgroup is cgid
+ * allows port on addr. A cgroup the sidecar has not mapped to an identity has none. */
+static __always_inline int identity_tcp(__u64 cgid, const __u8 addr[16], __u16 port)
+{
+	__u32 *ident = bpf_map_lookup_elem(&id_cgroups, &cgid);
+	if (!ident)
+		return 0;
+	struct id_cidr_key k = {.prefixlen = 32 + 128, .ident = *ident};
+	__builtin_memcpy(k.addr, addr, 16);
+	struct cidr_val *v = bpf_map_lookup_elem(&id_tcp, &k);
+	if (!v)
+		return 0;
+	for (int i = 0; i < CIDR_PORTS; i++) {
+		if (i >= v->n)
+			break;
+		if (v->ports[i] == port)
+			return 1;
 	}
 	return 0;
 }
@@ -450,8 +490,11 @@ static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 
 		reason = DENY_UDP;
 		goto deny;
 	}
+	/* Raw TCP: the sandbox's protocol tcp rules for its own tasks; for an identity's, its
+	 * own rules, and only inside the sandbox's (the policy checks it, the kernel too). */
+	int ident = identity_task(cgid);
 	int cidr = cidr_match(addr, port);
-	if (cidr == 2)
+	if (cidr == 2 && (!ident || identity_tcp(cgid, addr, port)))
 		goto allow;
 	int r = redirect(ctx, addr, port, hook6, v6native);
 	if (r == 1) {
@@ -465,7 +508,7 @@ static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 
 	}
 	/* An identity's rules are applied by the sidecar, which the addresses below bypass:
 	 * the allow map and http-rule ranges are the whole sandbox's. */
-	if (identity_task(cgid)) {
+	if (ident) {
 		reason = DENY_IDENTITY;
 		goto deny;
 	}

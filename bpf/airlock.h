@@ -75,6 +75,18 @@ struct cidr_val {
 	__u8 raw[CIDR_PORTS];     /* 1: protocol tcp rule, never redirected */
 };
 
+/* id_tcp map (LPM trie): an identity's protocol tcp ranges, with their ports (raw all 1).
+ * The trie matches all 32 bits of ident before the address, so a lookup finds only the
+ * ranges of the identity it names. */
+struct id_cidr_key {
+	__u32 prefixlen; /* over ident and addr: 32 + 96 + n for an IPv4 /n */
+	__u32 ident;     /* the identity's index (id_cgroups' value); never 0 */
+	__u8 addr[16];
+};
+
+/* id_cgroups map: the cgroup (v2 id) of an identity's tasks -> the identity's index, which
+ * keys its ranges in id_tcp. A cgroup absent here has no raw TCP at all. */
+
 /* config map: one entry. */
 #define CFG_TRANSPARENT 1  /* redirect TCP to transparent ports */
 #define CFG_TRANSPARENT6 2 /* an IPv6 transparent listener exists */
@@ -83,7 +95,7 @@ struct cidr_val {
 			    * only its own processes, so TCP and UDP to it are allowed */
 #define CFG_IDENTITIES 16  /* the policy has identities: a task in any cgroup but open_cgid
 			    * reaches only the sidecar (listeners, the transparent redirect),
-			    * its own loopback and protocol tcp ranges */
+			    * its own loopback and its own identity's protocol tcp ranges */
 
 struct settings {
 	__u32 flags;
@@ -154,6 +166,7 @@ struct event {
 	__u8 family;
 	__u8 type;
 	__u8 report; /* 1: report mode, the hook allowed what enforce would deny */
+	__u64 cgid;  /* the cgroup (v2 id) of the task, when the hook runs in its context */
 };
 
 /* exempt map: one entry. A cgroup whose processes, and those of every cgroup below it, the

@@ -63,6 +63,7 @@ type airlockEvent struct {
 	Family uint8
 	Type   uint8
 	Report uint8
+	Cgid   uint64
 }
 
 type airlockExemption struct {
@@ -70,6 +71,13 @@ type airlockExemption struct {
 	Id    uint64
 	Level uint32
 	Pad   uint32
+}
+
+type airlockIdCidrKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Ident     uint32
+	Addr      [16]uint8
 }
 
 type airlockListenerKey struct {
@@ -133,6 +141,8 @@ const (
 	airlockMapConnCg       = "conn_cg"
 	airlockMapEvents       = "events"
 	airlockMapExempt       = "exempt"
+	airlockMapIdCgroups    = "id_cgroups"
+	airlockMapIdTcp        = "id_tcp"
 	airlockMapListeners    = "listeners"
 	airlockMapMarks        = "marks"
 	airlockMapMeta         = "meta"
@@ -216,6 +226,8 @@ type airlockMapSpecs struct {
 	ConnCg     *ebpf.MapSpec `ebpf:"conn_cg"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Exempt     *ebpf.MapSpec `ebpf:"exempt"`
+	IdCgroups  *ebpf.MapSpec `ebpf:"id_cgroups"`
+	IdTcp      *ebpf.MapSpec `ebpf:"id_tcp"`
 	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
 	Marks      *ebpf.MapSpec `ebpf:"marks"`
 	Meta       *ebpf.MapSpec `ebpf:"meta"`
@@ -259,6 +271,8 @@ type airlockMaps struct {
 	ConnCg     *ebpf.Map `ebpf:"conn_cg"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Exempt     *ebpf.Map `ebpf:"exempt"`
+	IdCgroups  *ebpf.Map `ebpf:"id_cgroups"`
+	IdTcp      *ebpf.Map `ebpf:"id_tcp"`
 	Listeners  *ebpf.Map `ebpf:"listeners"`
 	Marks      *ebpf.Map `ebpf:"marks"`
 	Meta       *ebpf.Map `ebpf:"meta"`
@@ -277,6 +291,8 @@ func (m *airlockMaps) Close() error {
 		m.ConnCg,
 		m.Events,
 		m.Exempt,
+		m.IdCgroups,
+		m.IdTcp,
 		m.Listeners,
 		m.Marks,
 		m.Meta,

@@ -132,10 +132,14 @@ type Config struct {
 	Now func() time.Time
 	// Identities says the policy has identities (spec.identities): a task in any cgroup
 	// below Cgroup (an identity's) may then connect only to the listeners, through the
-	// transparent redirect, to its own loopback and to protocol tcp ranges, never straight
-	// to an address the allow map or an http rule's cidrs hold, since only the sidecar
-	// applies an identity's rules (DenyIdentity). False treats every task alike.
+	// transparent redirect, to its own loopback and to its own identity's protocol tcp
+	// ranges (IdentityTCP, for a cgroup SetIdentityCgroups maps to that identity), never
+	// straight to an address the allow map or an http rule's cidrs hold, since only the
+	// sidecar applies an identity's rules (DenyIdentity). False treats every task alike.
 	Identities bool
+	// IdentityTCP are each identity's protocol tcp rules, by identity name (see
+	// Enforcer.SetIdentityTCP). Nil means no identity has raw TCP.
+	IdentityTCP map[string][]CIDRRule
 
 	cgid uint64 // Cgroup's id, set by Open
 }

@@ -37,6 +37,11 @@ type Enforcer struct {
 	wg         sync.WaitGroup
 	suppressed atomic.Uint64 // deny events dropped by the rate limit
 
+	// idMu guards ids, the identities' indices, raw TCP rules and cgroups (id_tcp,
+	// id_cgroups), and serialises their writers.
+	idMu sync.Mutex
+	ids  identityState
+
 	// cfgMu serialises SetReport (cfg.Report and the config map).
 	cfgMu sync.Mutex
 
@@ -183,6 +188,9 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if err := writeTables(&e.objs, cfg, exempt); err != nil {
 		return nil, err
 	}
+	if err := e.writeIdentityTables(); err != nil {
+		return nil, err
+	}
 	if err := e.attach(); err != nil {
 		return nil, err
 	}
@@ -222,6 +230,7 @@ func (e *Enforcer) mapsByName() map[string]*ebpf.Map {
 		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events, "exempt": m.Exempt,
 		"listeners": m.Listeners, "marks": m.Marks, "meta": m.Meta, "orig_cookie": m.OrigCookie,
 		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports, "conn_cg": m.ConnCg, "peer_cg": m.PeerCg,
+		"id_tcp": m.IdTcp, "id_cgroups": m.IdCgroups,
 	}
 }
 

@@ -55,6 +55,11 @@ type DenyEvent struct {
 	PID  uint32
 	UID  uint32
 	Comm string
+	// Cgroup is the id of the process's cgroup (v2) (zero for the egress backstop), and
+	// Identity the identity SetIdentityCgroups mapped it to ("" for none: the sandbox's own
+	// tasks, or a cgroup nobody mapped).
+	Cgroup   uint64
+	Identity string
 	// Dest is the destination (unmapped); zero for sock_create.
 	Dest netip.AddrPort
 	// Proto is the IP protocol number; Family and Type the socket's.
@@ -73,7 +78,7 @@ func decodeEvent(raw []byte, now time.Time) (DenyEvent, error) {
 	}
 	d := DenyEvent{
 		Time: now, Hook: hookNames[ev.Hook], Reason: reasonNames[ev.Reason],
-		PID: ev.Pid, UID: ev.Uid, Comm: string(bytes.TrimRight(ev.Comm[:], "\x00")),
+		PID: ev.Pid, UID: ev.Uid, Cgroup: ev.Cgid, Comm: string(bytes.TrimRight(ev.Comm[:], "\x00")),
 		Proto: ev.Proto, Family: ev.Family, Type: ev.Type, Report: ev.Report != 0,
 	}
 	if ev.Hook != 5 {
@@ -147,6 +152,7 @@ func (e *Enforcer) readEvents(rd *ringbuf.Reader) {
 			continue
 		}
 		ev.Suppressed, suppressed = suppressed, 0
+		ev.Identity = e.identityOf(ev.Cgroup)
 		e.cfg.OnDeny(ev)
 	}
 }

@@ -14,10 +14,10 @@ import (
 // sandbox's policy; everything it does not say is the sandbox's.
 type Identity struct {
 	// Egress are the identity's rules, each covered by the sandbox's effective rules exactly
-	// as a child's rules are by its parents' under extends (hosts, ports, methods, paths).
-	// protocol: tcp rules are refused here: the kernel enforces them for the whole sandbox,
-	// so every identity has the sandbox's (see docs/policy.md). Empty means the sandbox's
-	// rules.
+	// as a child's rules are by its parents' under extends (hosts, ports, methods, paths;
+	// a protocol: tcp rule's ranges and ports by the sandbox's protocol: tcp rules). The
+	// kernel enforces an identity's protocol: tcp rules on its own cgroup (see
+	// docs/kernel.md). Empty means the sandbox's rules, raw TCP ones included.
 	Egress []Rule `yaml:"egress"`
 	// Secrets names the secrets of the sandbox's spec.secrets that may be injected into this
 	// identity's requests: the inject entries of the sandbox's rules that use any other
@@ -150,19 +150,15 @@ func withSecretsOnly(r *rule, held []string) *rule {
 	return &c
 }
 
-// identityRules compiles an identity's own egress rules, checks each is covered by the
-// sandbox's and injects only held secrets, and appends the sandbox's protocol: tcp rules,
-// which the kernel enforces for every identity alike.
+// identityRules compiles an identity's own egress rules and checks each is covered by the
+// sandbox's (a protocol: tcp rule by the sandbox's protocol: tcp rules) and injects only
+// held secrets. The sandbox's protocol: tcp rules are not the identity's unless it lists
+// them: the kernel enforces each identity's own (CIDRRules of its policy).
 func identityRules(d *decoder, base *Policy, name string, egress []Rule, held []string, path string) []*rule {
 	own := compileRulesAt(d, egress, base.name, path)
 	from := fmt.Sprintf("the sandbox policy %q", base.name)
 	for i, r := range own {
 		rpath := joinIndex(path, i)
-		if r.tcp {
-			d.errorf(rpath+".protocol", "identity %q: protocol: tcp rules are enforced by the kernel for the whole sandbox, "+
-				"so an identity cannot narrow them; every identity has the sandbox's; remove this rule here", name)
-			continue
-		}
 		checkCovered(d, r, rpath, base.rules, from)
 		for j, in := range egress[i].Inject {
 			for _, s := range in.Secrets() {
@@ -172,11 +168,6 @@ func identityRules(d *decoder, base *Policy, name string, egress []Rule, held []
 						name, s, joinKey("spec.identities", name))
 				}
 			}
-		}
-	}
-	for _, r := range base.rules {
-		if r.tcp {
-			own = append(own, r)
 		}
 	}
 	return own

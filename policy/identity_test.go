@@ -93,11 +93,29 @@ func TestIdentityDecisions(t *testing.T) {
 			}
 		})
 	}
-	// The raw TCP rule is the kernel's, the same for every identity.
-	for _, ip := range []*Policy{reviewer, author} {
-		if got := ip.CIDRRules(); len(got) != 1 || !got[0].Raw {
-			t.Errorf("%s: CIDRRules = %v, want the sandbox's one raw rule", ip.IdentityName(), got)
-		}
+	// The raw TCP rule is the author's (no egress of its own: the sandbox's rules), not the
+	// reviewer's (its own rules name none): the kernel enforces each identity's.
+	if got := author.CIDRRules(); len(got) != 1 || !got[0].Raw || got[0].Prefix.String() != "198.18.7.0/24" {
+		t.Errorf("author: CIDRRules = %v, want the sandbox's one raw rule", got)
+	}
+	if got := reviewer.CIDRRules(); len(got) != 0 {
+		t.Errorf("reviewer: CIDRRules = %v, want none", got)
+	}
+}
+
+// An identity may list protocol: tcp rules inside the sandbox's: they are its only raw TCP.
+func TestIdentityTCPRules(t *testing.T) {
+	p := mustParse(t, strings.Replace(identitiesPolicy, "    secrets: [token]", strings.Join([]string{
+		"    egress:",
+		"      - {name: one-host, cidrs: [198.18.7.5/32], ports: [22], protocol: tcp}",
+	}, "\n"), 1))
+	author, _ := p.Identity("author")
+	got := author.CIDRRules()
+	if len(got) != 1 || !got[0].Raw || got[0].Prefix.String() != "198.18.7.5/32" || len(got[0].Ports) != 1 || got[0].Ports[0] != 22 {
+		t.Fatalf("author: CIDRRules = %+v, want only 198.18.7.5/32 port 22, raw", got)
+	}
+	if got := p.CIDRRules(); len(got) != 1 || got[0].Prefix.String() != "198.18.7.0/24" {
+		t.Errorf("the sandbox's CIDRRules = %+v, want its own /24", got)
 	}
 }
 
@@ -177,8 +195,12 @@ func TestIdentityErrors(t *testing.T) {
 			`spec.identities.a.egress[0]: rule "x" allows POST "/**" on host "git.example.com" port 443 that no parent`},
 		{"wider port", []string{"  a:", "    egress:", "      - {name: x, hosts: [git.example.com], ports: [8443], http: [{methods: [GET]}]}"},
 			`allows port 8443 on host "git.example.com"`},
-		{"tcp rule", []string{"  a:", "    egress:", "      - {name: x, cidrs: [198.18.7.0/24], ports: [22], protocol: tcp}"},
-			`spec.identities.a.egress[0].protocol: identity "a": protocol: tcp rules are enforced by the kernel for the whole sandbox`},
+		{"wider tcp range", []string{"  a:", "    egress:", "      - {name: x, cidrs: [198.18.0.0/16], ports: [22], protocol: tcp}"},
+			`test.yaml:26:29: spec.identities.a.egress[0]: rule "x" allows CIDR 198.18.0.0/16 that no parent (the sandbox policy "p") allows`},
+		{"tcp port", []string{"  a:", "    egress:", "      - {name: x, cidrs: [198.18.7.0/24], ports: [2222], protocol: tcp}"},
+			`spec.identities.a.egress[0]: rule "x" allows port 2222 on CIDR 198.18.7.0/24 that no parent`},
+		{"tcp where the sandbox proxies", []string{"  a:", "    egress:", "      - {name: x, cidrs: [198.18.7.0/24], ports: [22], protocol: http}"},
+			`spec.identities.a.egress[0]: rule "x" allows protocol http on CIDR 198.18.7.0/24 port 22 that no parent`},
 		{"undefined secret", []string{"  a:", "    secrets: [tokn]"},
 			`test.yaml:25:17: spec.identities.a.secrets[0]: secret "tokn" is not defined in spec.secrets; did you mean "token"?`},
 		{"inject a secret not held", []string{"  a:", "    egress:", "      - name: x", "        hosts: [git.example.com]", "        ports: [443]",

@@ -73,6 +73,9 @@ type KernelSpec struct {
 	// Identities says the policy has identities: their tasks may reach only the sidecar
 	// (and protocol tcp ranges), which applies their rules.
 	Identities bool
+	// IdentityTCP are each identity's protocol tcp rules, by name: an identity's tasks may
+	// connect straight only where its own and the sandbox's both allow.
+	IdentityTCP map[string][]policy.CIDRRule
 	// Transparent, when set, redirects TCP connections to its ports to its listener.
 	Transparent *KernelTransparent
 	// RequirePacketGuard makes attach fail when packet sockets cannot be refused.

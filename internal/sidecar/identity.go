@@ -3,7 +3,10 @@ package sidecar
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -19,6 +22,53 @@ type peerEnforcer interface {
 	SetIdentities(on bool) error
 }
 
+// identityEnforcer is an Enforcer that applies each identity's protocol: tcp rules to its
+// own cgroups (the in-process eBPF one).
+type identityEnforcer interface {
+	// SetIdentityTCP replaces every identity's protocol: tcp rules, by identity name.
+	SetIdentityTCP(rules map[string][]policy.CIDRRule) error
+	// SetIdentityCgroups replaces which cgroup ids are which identity's.
+	SetIdentityCgroups(cgroups map[uint64]string) error
+}
+
+// identityTCP lists each identity's protocol: tcp rules, for the kernel.
+func identityTCP(p *policy.Policy) map[string][]policy.CIDRRule {
+	out := map[string][]policy.CIDRRule{}
+	for _, name := range p.IdentityNames() {
+		ip, _ := p.Identity(name)
+		for _, r := range ip.CIDRRules() {
+			if r.Raw {
+				out[name] = append(out[name], r)
+			}
+		}
+	}
+	return out
+}
+
+// makeIdentityCgroups makes each identity's cgroup v2 directory below the sandbox's
+// (`sandbox exec --as` makes the same, and finds it made) and returns their ids by name. The
+// sidecar makes them so that the kernel knows each identity's cgroup, and its raw TCP, before
+// the identity's first process runs. A directory that cannot be made or read is left out
+// (its tasks then get no raw TCP) and its error returned, joined with the others.
+func makeIdentityCgroups(cgroup string, names []string, cgID func(string) (uint64, error)) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	var errs []error
+	for _, name := range names {
+		dir := filepath.Join(cgroup, policy.IdentityCgroupDir(name))
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			errs = append(errs, fmt.Errorf("make identity %s's cgroup: %w", name, err))
+			continue
+		}
+		id, err := cgID(dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("identity %s's cgroup: %w", name, err))
+			continue
+		}
+		out[id] = name
+	}
+	return out, errors.Join(errs...)
+}
+
 // errNoIdentityKernel is why a policy's identities cannot be told apart: no kernel
 // enforcement that records connecting cgroups.
 var errNoIdentityKernel = errors.New("no kernel enforcement on the sandbox's cgroup (--cgroup) records which cgroup connected, so identities cannot be told apart")
@@ -31,6 +81,9 @@ type identities struct {
 	peers  peerEnforcer                 // nil: identities cannot be told apart
 	policy func() *policy.Policy        // the policy in force
 	cgID   func(string) (uint64, error) // a cgroup directory's id
+	// onScan, when set, is told the identity cgroups (not the sandbox's) a scan found, for
+	// the kernel to map a remade one.
+	onScan func(map[uint64]string)
 
 	// mu guards byID, the cgroup ids of the sandbox's cgroup and of the identity cgroups
 	// that existed at the last scan.
@@ -57,6 +110,11 @@ func (r *identities) Identity(client netip.AddrPort) (string, error) {
 		return name, nil
 	}
 	r.byID = r.scan()
+	if r.onScan != nil {
+		found := maps.Clone(r.byID)
+		maps.DeleteFunc(found, func(_ uint64, name string) bool { return name == "" })
+		r.onScan(found)
+	}
 	if name, ok := r.byID[id]; ok {
 		return name, nil
 	}
@@ -84,6 +142,7 @@ func (s *Sidecar) identitiesOf(warn bool) *identities {
 	r := &identities{cgroup: s.cfg.Cgroup, policy: s.store.Current, cgID: ebpf.CgroupID}
 	if pe, ok := s.kernel.enf.(peerEnforcer); ok && s.cfg.Cgroup != "" {
 		r.peers = pe
+		r.onScan = s.kernel.setIdentityCgroups
 	}
 	if warn && r.peers == nil && len(s.store.Current().IdentityNames()) > 0 {
 		s.log.Warn("the policy has identities but " + errNoIdentityKernel.Error() + ": every request is refused (identity_unknown)")

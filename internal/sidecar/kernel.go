@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/airlock-dev/airlock/dnsfilter"
+	"github.com/airlock-dev/airlock/ebpf"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
 	"golang.org/x/sys/unix"
@@ -58,7 +59,35 @@ func (k *kernel) start(context.Context) error {
 	if k.transparentLn != nil {
 		k.s.self.AddListener(k.transparentLn)
 	}
+	k.mapIdentityCgroups(k.s.store.Current())
 	return nil
+}
+
+// mapIdentityCgroups makes the policy's identity cgroups below a local sandbox's cgroup
+// (--cgroup) and tells the kernel which identity each is, so their raw TCP rules hold from
+// their first process on. In a pod the identities' cgroups are its containers', which the
+// node agent reports (not here). A cgroup it cannot make is logged: that identity's tasks
+// then get no raw TCP (fail closed).
+func (k *kernel) mapIdentityCgroups(p *policy.Policy) {
+	if _, ok := k.enf.(identityEnforcer); !ok || k.s.cfg.Cgroup == "" || len(p.IdentityNames()) == 0 {
+		return
+	}
+	found, err := makeIdentityCgroups(k.s.cfg.Cgroup, p.IdentityNames(), ebpf.CgroupID)
+	if err != nil {
+		k.s.log.WithField("error", oneLine(err)).Warn("identity cgroups: their tasks get no raw TCP (protocol: tcp rules)")
+	}
+	k.setIdentityCgroups(found)
+}
+
+// setIdentityCgroups tells the kernel which cgroups are which identity's.
+func (k *kernel) setIdentityCgroups(found map[uint64]string) {
+	ie, ok := k.enf.(identityEnforcer)
+	if !ok {
+		return
+	}
+	if err := ie.SetIdentityCgroups(found); err != nil {
+		k.s.log.WithField("error", oneLine(err)).Error("kernel: identity cgroups not updated")
+	}
 }
 
 // unavailable refuses to start in production and otherwise warns and goes on without
@@ -91,6 +120,7 @@ func (k *kernel) spec() (KernelSpec, error) {
 		CIDRs:              pol.CIDRRules(),
 		Report:             pol.Mode() == policy.ModeReport,
 		Identities:         len(pol.IdentityNames()) > 0,
+		IdentityTCP:        identityTCP(pol),
 		RequirePacketGuard: cfg.packetGuardRequired(),
 		OnDeny:             s.audit.LogDenial, // a flood of kernel denials is summarised
 		Registerer:         s.reg,
@@ -189,9 +219,13 @@ func (k *kernel) applyPolicy(gen uint64, p *policy.Policy) {
 	if pe, ok := k.enf.(peerEnforcer); ok {
 		err = errors.Join(err, pe.SetIdentities(len(p.IdentityNames()) > 0))
 	}
+	if ie, ok := k.enf.(identityEnforcer); ok {
+		err = errors.Join(err, ie.SetIdentityTCP(identityTCP(p)))
+	}
 	if err != nil {
 		k.s.log.WithField("error", err.Error()).Error("kernel CIDR rules not updated after policy reload")
 	}
+	k.mapIdentityCgroups(p)
 }
 
 func (k *kernel) closeListener() {

@@ -47,6 +47,7 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 		RequireAll:   spec.RequirePacketGuard,
 		Report:       spec.Report,
 		Identities:   spec.Identities,
+		IdentityTCP:  ebpfIdentityTCP(spec.IdentityTCP),
 	})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrInvalidConfig) {
@@ -69,6 +70,21 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 // SetCIDRs implements Enforcer.
 func (e ebpfEnforcer) SetCIDRs(rules []policy.CIDRRule) error {
 	return e.Enforcer.SetCIDRs(ebpfCIDRs(rules))
+}
+
+// SetIdentityTCP implements identityEnforcer.
+func (e ebpfEnforcer) SetIdentityTCP(rules map[string][]policy.CIDRRule) error {
+	return e.Enforcer.SetIdentityTCP(ebpfIdentityTCP(rules))
+}
+
+var _ identityEnforcer = ebpfEnforcer{}
+
+func ebpfIdentityTCP(rules map[string][]policy.CIDRRule) map[string][]ebpf.CIDRRule {
+	out := make(map[string][]ebpf.CIDRRule, len(rules))
+	for name, rs := range rules {
+		out[name] = ebpfCIDRs(rs)
+	}
+	return out
 }
 
 // Counters implements Enforcer.
@@ -112,7 +128,8 @@ func ebpfTransparent(t *KernelTransparent) *ebpf.Transparent {
 func denyAuditEvent(ev ebpf.DenyEvent) audit.Event {
 	e := audit.Event{
 		Time: ev.Time, Kind: audit.KindConnect, Decision: audit.DecisionDeny,
-		Reason: string(policy.KernelReason(string(ev.Reason))),
+		Reason:   string(policy.KernelReason(string(ev.Reason))),
+		Identity: ev.Identity,
 	}
 	if ev.Report {
 		e.Decision = audit.DecisionReport // would_deny follows from it
