@@ -96,6 +96,10 @@ func (m *Manager) identityUID(st *State, as string) (uid int, fresh bool, err er
 		return 0, false, err
 	}
 	st.IdentityUIDs = cur.IdentityUIDs
+	// Under the store lock: two identities' first execs at once each write every uid.
+	if err := writeIdentityUsers(cur); err != nil {
+		return 0, false, fmt.Errorf("--as %s: name its uid in the sandbox's /etc/passwd: %w", as, err)
+	}
 	return uid, true, nil
 }
 

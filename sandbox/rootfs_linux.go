@@ -1,12 +1,15 @@
 package sandbox
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -149,14 +152,44 @@ func writeEtc(st *State, etc string) error {
 			return err
 		}
 	}
-	home := st.Container.Workdir
-	if err := writeAirlockEtc(st, etc, map[string]string{
-		"passwd": "root:x:0:0:root:" + home + ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":  "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n",
-	}); err != nil {
+	passwd, group := etcUsers(st)
+	if err := writeAirlockEtc(st, etc, map[string]string{"passwd": passwd, "group": group}); err != nil {
 		return err
 	}
 	return replaceSymlink("/proc/self/mounts", filepath.Join(etc, "mtab"))
+}
+
+// etcUsers are the sandbox's /etc/passwd and /etc/group: root, nobody, and each identity
+// `exec --as` has given a uid (st.IdentityUIDs), named after it, with the working directory as
+// its home (HOME is that for every process). Tools such as OpenSSH's ssh refuse to run as a
+// uid that has no passwd entry.
+func etcUsers(st *State) (passwd, group string) {
+	passwd = "root:x:0:0:root:" + st.Container.Workdir + ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+	group = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n"
+	for _, name := range slices.SortedFunc(maps.Keys(st.IdentityUIDs), func(a, b string) int {
+		return cmp.Compare(st.IdentityUIDs[a], st.IdentityUIDs[b])
+	}) {
+		uid := st.IdentityUIDs[name]
+		passwd += fmt.Sprintf("%s:x:%d:%d:airlock identity %s:%s:/bin/sh\n", name, uid, uid, name, st.Container.Workdir)
+		group += fmt.Sprintf("%s:x:%d:\n", name, uid)
+	}
+	return passwd, group
+}
+
+// writeIdentityUsers rewrites the /etc/passwd and /etc/group of st's root (a sandbox of the
+// host's system directories; an image's users are the image's) with its identities, for
+// `exec --as` once it has given one a uid. The files are replaced whole (a rename in the
+// bundle's /etc, which the running container sees).
+func writeIdentityUsers(st *State) error {
+	if st.Container == nil || st.Container.Image != nil || st.Container.Bundle == "" {
+		return nil
+	}
+	etc := filepath.Join(st.Container.Bundle, "rootfs", "etc")
+	passwd, group := etcUsers(st)
+	if err := writeFileReplace(filepath.Join(etc, "passwd"), []byte(passwd), 0o644); err != nil {
+		return err
+	}
+	return writeFileReplace(filepath.Join(etc, "group"), []byte(group), 0o644)
 }
 
 // writeAirlockEtc writes the /etc files airlock makes for every sandbox into etc: hostname,

@@ -26,10 +26,11 @@ set -euo pipefail
 #   isolation tests; runsc: gVisor, the third runtime (--runtime runsc, TestSandboxRunsc);
 #   e2fsprogs: mkfs.ext4 for a sandbox's --disk; busybox-static, mmdebstrap: the tiny and the
 #   Debian images of the sandbox --image tests (test/imagetest; mmdebstrap fetches from the
-#   Debian archive once, cached in .cache).
+#   Debian archive once, cached in .cache); openssh-client: git push over SSH as an identity
+#   in test/e2e (the SSH server is the tests' own, golang.org/x/crypto/ssh).
 test_pkgs=(curl git python3 iproute2 util-linux dnsutils ca-certificates make
 	clang llvm libbpf-dev linux-libc-dev bpftool nodejs npm squid-openssl runc crun procps
-	runsc e2fsprogs busybox-static mmdebstrap)
+	runsc e2fsprogs busybox-static mmdebstrap openssh-client)
 
 # bench: make bench's load generators and the alternatives it measures airlock against.
 bench_pkgs=(wrk nghttp2-client tinyproxy dnsperf dnsmasq-base)

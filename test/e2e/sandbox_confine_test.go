@@ -103,12 +103,7 @@ func TestSandboxRawTCP(t *testing.T) {
 			}
 		}()
 	}
-	// The test's host namespace forwards for the sandboxes (a real host would route or
-	// masquerade their subnet), and the outside routes the sandbox subnet back to it.
-	if err := e.w.Sidecar.WriteSysctl("net/ipv4/conf/all/forwarding", "1"); err != nil {
-		t.Fatal(err)
-	}
-	e.w.Upstream.IP(t, "route", "add", sbSubnet, "via", "198.19.255.254", "dev", "up0", "onlink")
+	routeRawTCP(t, e)
 
 	policy := `apiVersion: airlock/v1
 kind: EgressPolicy

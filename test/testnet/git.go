@@ -29,8 +29,10 @@ const (
 )
 
 // GitServer is an HTTPS git server in the upstream namespace: a bare repository created with
-// the real git, served by `git http-backend` (smart HTTP) through net/http/cgi, with a
-// certificate from the world's test CA. It records every request it receives.
+// the real git, served by `git http-backend` (smart HTTP, fetch and push) through
+// net/http/cgi, with a certificate from the world's test CA, and a small API under /api/ (GET
+// answers 200, POST 201, both with a JSON body) playing a git host's. It records every
+// request it receives.
 type GitServer struct {
 	// Addr is the server's address; Name resolves to it in the world's DNS.
 	Addr netip.Addr
@@ -39,6 +41,9 @@ type GitServer struct {
 	URL string
 	// Commit is the id of the repository's only commit (on branch main).
 	Commit string
+
+	gitBin string // the git binary
+	bare   string // the bare repository's directory
 
 	// mu guards reqs.
 	mu   sync.Mutex
@@ -62,7 +67,8 @@ func (w *World) StartGitServer(t testing.TB, addr netip.Addr, name string) *GitS
 	if err != nil {
 		t.Fatalf("testnet: git server: %v", err)
 	}
-	g := &GitServer{Addr: addr, Name: name, URL: "https://" + name + GitRepoPath, Commit: commit}
+	g := &GitServer{Addr: addr, Name: name, URL: "https://" + name + GitRepoPath, Commit: commit,
+		gitBin: gitBin, bare: filepath.Join(root, strings.TrimPrefix(GitRepoPath, "/"))}
 
 	backend := &cgi.Handler{
 		Path: gitBin,
@@ -98,7 +104,10 @@ func (g *GitServer) serve(t testing.TB, w *World, backend http.Handler, port uin
 		t.Fatalf("testnet: git server: listen: %v", err)
 	}
 	l = tls.NewListener(l, w.CA.ServerConfig(g.Addr.String()))
-	srv := &http.Server{Handler: g.record(int(port), backend), ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", backend)
+	mux.HandleFunc("/api/", gitAPI)
+	srv := &http.Server{Handler: g.record(int(port), mux), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -114,6 +123,32 @@ func (g *GitServer) serve(t testing.TB, w *World, backend http.Handler, port uin
 		}
 		<-done
 	})
+}
+
+// gitAPI plays a git host's API: GET answers 200, POST 201, anything else 405.
+func gitAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch r.Method {
+	case http.MethodGet:
+		fmt.Fprintf(w, "{\"path\": %q}\n", r.URL.Path)
+	case http.MethodPost:
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "{\"created\": %q}\n", r.URL.Path)
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+}
+
+// Ref returns the commit the repository's ref name (e.g. refs/heads/main) points to, or an
+// error when there is no such ref.
+func (g *GitServer) Ref(name string) (string, error) {
+	cmd := exec.Command(g.gitBin, "--git-dir", g.bare, "rev-parse", "--verify", "--quiet", name)
+	cmd.Env = []string{"GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent"}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git server: ref %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // Requests returns the requests the server has received, oldest first.
@@ -176,6 +211,11 @@ func makeGitRepo(gitBin, dir, bare string) (string, error) {
 		return "", err
 	}
 	if _, err := run(dir, "clone", "--quiet", "--bare", work, bare); err != nil {
+		return "", err
+	}
+	// git http-backend refuses pushes from unauthenticated clients unless the repository
+	// says otherwise: it is who may push through airlock that the tests decide.
+	if _, err := run(dir, "--git-dir", bare, "config", "http.receivepack", "true"); err != nil {
 		return "", err
 	}
 	return commit, nil

@@ -48,3 +48,51 @@ func TestGitServerClone(t *testing.T) {
 		}
 	}
 }
+
+// The real git client pushes a commit over SSH and over HTTPS from the sidecar namespace; the
+// server's refs then hold it, and a command other than git's two is refused.
+func TestGitServerPush(t *testing.T) {
+	privtest.Require(t, "git", "ssh")
+	t.Parallel()
+	w := testnet.NewWorld(t)
+	g := w.StartGitServer(t, netip.MustParseAddr("198.18.0.41"), "git.test")
+	s := w.StartGitSSHServer(t, g, netip.MustParseAddr("198.18.0.47"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dst := filepath.Join(w.Dir, "clone")
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := w.Sidecar.Command(ctx, "git", append([]string{
+			"-c", "http.sslCAInfo=" + w.CA.File, "-c", "http.curloptResolve=git.test:443:198.18.0.41",
+			"-c", "user.name=t", "-c", "user.email=t@airlock.test"}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + w.Dir, "GIT_CONFIG_NOSYSTEM=1",
+			"GIT_SSH_COMMAND=ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("clone", "--quiet", s.URL, dst)
+	git("-C", dst, "commit", "--quiet", "--allow-empty", "-m", "pushed")
+	commit := git("-C", dst, "rev-parse", "HEAD")
+	git("-C", dst, "push", "--quiet", s.URL, "HEAD:refs/heads/over-ssh")
+	git("-C", dst, "push", "--quiet", g.URL, "HEAD:refs/heads/over-https")
+	for _, ref := range []string{"refs/heads/over-ssh", "refs/heads/over-https"} {
+		if got, err := g.Ref(ref); err != nil || got != commit {
+			t.Errorf("server's %s = %q, %v; want %s", ref, got, err, commit)
+		}
+	}
+	if _, err := g.Ref("refs/heads/absent"); err == nil {
+		t.Error("Ref of a missing ref: no error")
+	}
+	want := []string{"git-upload-pack '/repo.git'", "git-receive-pack '/repo.git'"}
+	if got := s.Execs(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("SSH commands run: %q, want %q", got, want)
+	}
+	cmd := w.Sidecar.Command(ctx, "ssh", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+		"-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "git@198.18.0.47", "cat /etc/passwd")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "only git-upload-pack or git-receive-pack") {
+		t.Errorf("ssh cat /etc/passwd: %v: %s; want it refused", err, out)
+	}
+}
