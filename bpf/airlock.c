@@ -461,12 +461,16 @@ static __always_inline void record_peer(struct bpf_sock_addr *ctx, __u64 cgid)
 }
 
 /* identity_task: the policy has identities and the current task is not in the enforced
- * cgroup itself (but in an identity's cgroup below it). */
+ * cgroup itself (but in an identity's cgroup below it), nor in a cgroup the sidecar mapped to
+ * the sandbox's own identity (index 0: a pod's default container). */
 static __always_inline int identity_task(__u64 cgid)
 {
 	__u32 zero = 0;
 	struct settings *c = bpf_map_lookup_elem(&config, &zero);
-	return c && (c->flags & CFG_IDENTITIES) && cgid != c->open_cgid;
+	if (!c || !(c->flags & CFG_IDENTITIES) || cgid == c->open_cgid)
+		return 0;
+	__u32 *ident = bpf_map_lookup_elem(&id_cgroups, &cgid);
+	return !ident || *ident != 0;
 }
 
 static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook, int hook6, int v6native)

@@ -85,7 +85,8 @@ struct id_cidr_key {
 };
 
 /* id_cgroups map: the cgroup (v2 id) of an identity's tasks -> the identity's index, which
- * keys its ranges in id_tcp. A cgroup absent here has no raw TCP at all. */
+ * keys its ranges in id_tcp. Index 0 is the sandbox's own identity: its tasks are treated
+ * like those of the enforced cgroup itself. A cgroup absent here has no raw TCP at all. */
 
 /* config map: one entry. */
 #define CFG_TRANSPARENT 1  /* redirect TCP to transparent ports */

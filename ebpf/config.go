@@ -133,7 +133,8 @@ type Config struct {
 	// Identities says the policy has identities (spec.identities): a task in any cgroup
 	// below Cgroup (an identity's) may then connect only to the listeners, through the
 	// transparent redirect, to its own loopback and to its own identity's protocol tcp
-	// ranges (IdentityTCP, for a cgroup SetIdentityCgroups maps to that identity), never
+	// ranges (IdentityTCP, for a cgroup SetIdentityCgroups maps to that identity; one it
+	// maps to "" is treated like Cgroup's own tasks), never
 	// straight to an address the allow map or an http rule's cidrs hold, since only the
 	// sidecar applies an identity's rules (DenyIdentity). False treats every task alike.
 	Identities bool

@@ -88,9 +88,11 @@ func (e *Enforcer) SetIdentityTCP(rules map[string][]CIDRRule) error {
 }
 
 // SetIdentityCgroups replaces which cgroups (v2 ids, CgroupID) are which identity's: the
-// sidecar calls it when an identity's cgroup appears or changes. A cgroup below the
-// enforced one that is absent here gets no raw TCP. Stale mappings go after the new ones
-// are in. Errors wrap ErrInvalidConfig for an empty name or too many cgroups.
+// sidecar calls it when an identity's cgroup appears or changes. The name "" is the
+// sandbox's own identity: its cgroups' tasks are treated like the enforced cgroup's (the
+// sandbox's rules, raw TCP and all; a pod's container that is no identity's). A cgroup below
+// the enforced one that is absent here reaches only the sidecar, and gets no raw TCP. Stale
+// mappings go after the new ones are in. Errors wrap ErrInvalidConfig for too many cgroups.
 func (e *Enforcer) SetIdentityCgroups(cgroups map[uint64]string) error {
 	if len(cgroups) > maxIdentityCgroups {
 		return invalidf("%d identity cgroups: at most %d", len(cgroups), maxIdentityCgroups)
@@ -100,7 +102,8 @@ func (e *Enforcer) SetIdentityCgroups(cgroups map[uint64]string) error {
 	want := make(map[uint64]uint32, len(cgroups))
 	for id, name := range cgroups {
 		if name == "" {
-			return invalidf("identity cgroup %d: an identity needs a name", id)
+			want[id] = 0 // the sandbox's own
+			continue
 		}
 		want[id] = e.ids.indexOf(name)
 	}

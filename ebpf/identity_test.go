@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/test/testnet"
 )
@@ -107,9 +108,32 @@ func TestIdentityRawTCP(t *testing.T) {
 		check(t, "198.18.1.5:5432", want{"author": through, "reviewer": denied})
 	})
 
+	// A cgroup mapped to "" is the sandbox's own identity (a pod's default container): the
+	// sandbox's raw TCP, and straight to an allowed address like the enforced cgroup's tasks.
+	t.Run("sandbox's own", func(t *testing.T) {
+		if err := f.enf.SetIdentityCgroups(map[uint64]string{ids["author"]: "author", ids["stray"]: ""}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.enf.Allow(hostA, []uint16{80}, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "198.18.1.6:5432", want{"stray": through, "author": denied})
+		check(t, "198.18.0.10:80", want{"stray": "OK", "author": denied, "sandbox": "OK"})
+	})
+
 	t.Run("invalid", func(t *testing.T) {
-		if err := f.enf.SetIdentityCgroups(map[uint64]string{1: ""}); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("SetIdentityCgroups with an empty name: %v, want ErrInvalidConfig", err)
+		if err := f.enf.SetIdentityCgroups(make(map[uint64]string, 0)); err != nil {
+			t.Errorf("SetIdentityCgroups with none: %v", err)
+		}
+		many := map[uint64]string{}
+		for i := range maxIdentityCgroups + 1 {
+			many[uint64(i+1)] = "author"
+		}
+		if err := f.enf.SetIdentityCgroups(many); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("SetIdentityCgroups with %d cgroups: %v, want ErrInvalidConfig", len(many), err)
+		}
+		if err := f.enf.SetIdentityCgroups(map[uint64]string{ids["author"]: "author"}); err != nil {
+			t.Fatal(err)
 		}
 		bad := map[string][]CIDRRule{"a": {{Prefix: netip.MustParsePrefix("198.18.1.0/24")}}}
 		if err := f.enf.SetIdentityTCP(bad); !errors.Is(err, ErrInvalidConfig) {
