@@ -228,7 +228,7 @@ func (x *exchange) reserve(w http.ResponseWriter, c *call, rt *route, limit int6
 	}
 	hold.Out = granted
 	x.hold, x.id, x.inBound = hold, newCallID(), ask.In
-	x.p.cfg.Ledger.Append(Record{Kind: RecordReserve, ID: x.id, Sandbox: "", Model: rt.name, Provider: rt.provider,
+	x.p.cfg.Ledger.Append(Record{Kind: RecordReserve, ID: x.id, Identity: x.ev.Identity, Model: rt.name, Provider: rt.provider,
 		Input: ask.In, Output: hold.Tokens - ask.In, CostNano: hold.Nano})
 	return hold.Out, true
 }
@@ -423,7 +423,7 @@ func (x *exchange) finish() {
 		if x.idHold != nil {
 			x.idBudget.Settle(x.idHold, x.in+x.out, nano)
 		}
-		p.cfg.Ledger.Append(Record{Kind: RecordSettle, ID: x.id, Model: x.route.name, Provider: x.route.provider,
+		p.cfg.Ledger.Append(Record{Kind: RecordSettle, ID: x.id, Identity: x.ev.Identity, Model: x.route.name, Provider: x.route.provider,
 			Input: x.in, Output: x.out, CostNano: nano, Status: x.ev.Status, Estimated: x.estimated})
 		p.updateRemaining(x.table)
 	}

@@ -30,8 +30,8 @@ type identityRoutes struct {
 	budgets map[string]*Budget
 }
 
-// budget returns identity name's budget. It starts empty when the sidecar starts: the
-// ledger restores the sandbox's usage, not an identity's (yet).
+// budget returns identity name's budget: the usage the ledger held for it when the proxy
+// started (restoreBudgets), or an empty one for an identity the ledger has no call of.
 func (c *identityRoutes) budget(name string, now func() time.Time) *Budget {
 	c.mu.Lock()
 	defer c.mu.Unlock()

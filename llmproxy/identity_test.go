@@ -96,3 +96,74 @@ func TestIdentityBudget(t *testing.T) {
 		t.Errorf("sandbox budget after author's call: %+v, want more used than %d and nothing held", got, sandbox.UsedTokens)
 	}
 }
+
+// TestIdentityUsageSurvivesRestart: each call's ledger records name its identity, the usage
+// report has each identity's figures, and a restarted proxy restores an identity's budget
+// from the ledger (its own cap keeps refusing), not from zero.
+func TestIdentityUsageSurvivesRestart(t *testing.T) {
+	ids := &fakeIdentities{}
+	e := newEnv(t, setup{stateDir: t.TempDir(), identities: ids, llmExtra: "    budget: {tokens: 100000}\n" +
+		"  identities:\n    reviewer: {llm: {budget: {tokens: 150}}}\n    author: {}\n"})
+	call := `{"model":"gpt-test","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	ids.set("author", nil)
+	if s, _, body := e.post("/v1/chat/completions", call); s != 200 {
+		t.Fatalf("author's call: %d %s", s, body)
+	}
+	ids.set("reviewer", nil)
+	refused := false
+	for range 20 {
+		if s, _, _ := e.post("/v1/chat/completions", call); s == 403 {
+			refused = true
+			break
+		}
+	}
+	if !refused {
+		t.Fatal("reviewer's own budget never refused it")
+	}
+	before := e.proxy.Usage()
+	own := e.proxy.idRoutes.budget("reviewer", nil).State()
+	if len(before.Identities) != 2 || before.Identities[0].Identity != "author" || before.Identities[0].Total.Requests != 1 ||
+		before.Identities[1].Identity != "reviewer" || before.Identities[1].Total.Input+before.Identities[1].Total.Output != own.UsedTokens {
+		t.Fatalf("usage report identities = %+v, want author's one call and reviewer's %d tokens", before.Identities, own.UsedTokens)
+	}
+	if got := before.Total.Requests; got != before.Identities[0].Total.Requests+before.Identities[1].Total.Requests {
+		t.Errorf("sandbox total %d requests, want the identities' sum", got)
+	}
+
+	e.stopFn()
+	e.start(e.proxy.cfg.Policy.Current())
+	if got := e.proxy.idRoutes.budget("reviewer", nil).State().UsedTokens; got != own.UsedTokens {
+		t.Errorf("reviewer's budget after restart used %d tokens, want %d from the ledger", got, own.UsedTokens)
+	}
+	if s, _, body := e.post("/v1/chat/completions", call); s != 403 || !strings.Contains(body, "spec.identities.reviewer.llm.budget.tokens") {
+		t.Errorf("reviewer after restart: %d %s, want its own cap still refusing", s, body)
+	}
+	ids.set("author", nil)
+	if s, _, body := e.post("/v1/chat/completions", call); s != 200 {
+		t.Errorf("author after restart: %d %s", s, body)
+	}
+	if after := e.proxy.Usage(); len(after.Identities) != 2 || after.Identities[0].Total.Requests != 2 {
+		t.Errorf("after restart identities = %+v, want author at 2 calls", after.Identities)
+	}
+}
+
+// A record of the sandbox's own identity is written as before identities existed (no
+// "identity" field), and a ledger without one has no identity figures.
+func TestLedgerWithoutIdentities(t *testing.T) {
+	line := string(encodeRecord(Record{Seq: 1, Kind: RecordSettle, ID: "c1", Model: "m", Input: 3, Output: 4}))
+	if strings.Contains(line, "identity") {
+		t.Errorf("a record without identity encodes %q, want no identity field", line)
+	}
+	r, ok := decodeRecord([]byte(strings.TrimSuffix(line, "\n")))
+	if !ok || r.Identity != "" || r.Input != 3 {
+		t.Fatalf("decode %q: %+v %v", line, r, ok)
+	}
+	rp := &replay{ids: map[string]*usageSet{}, open: map[string]Record{}}
+	rp.apply(r)
+	if tot := rp.totals(); len(tot.Identities) != 0 || tot.Total.Requests != 1 {
+		t.Errorf("totals %+v, want one call and no identities", tot)
+	}
+	if _, ok := rp.totals().Identity("reviewer"); ok {
+		t.Error("Identity(reviewer) found in a ledger without it")
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -40,7 +42,10 @@ type Record struct {
 	Kind     string    `json:"kind"`
 	ID       string    `json:"id"`
 	Sandbox  string    `json:"sandbox,omitempty"`
-	Model    string    `json:"model"`
+	// Identity is the spec.identities name that made the call; "" for the sandbox's own
+	// (and in ledgers written before identities existed).
+	Identity string `json:"identity,omitempty"`
+	Model    string `json:"model"`
 	Provider string    `json:"provider,omitempty"`
 	Input    int64     `json:"input_tokens"`
 	Output   int64     `json:"output_tokens"`
@@ -68,15 +73,82 @@ type ModelUsage struct {
 type Totals struct {
 	Models []ModelUsage `json:"models"`
 	Total  ModelUsage   `json:"total"`
+	// Identities are the same figures for the calls of each identity (spec.identities),
+	// sorted by name; the calls of the sandbox's own identity are in Models and Total only.
+	Identities []IdentityTotals `json:"identities,omitempty"`
 	// Pending are reservations of calls without a settle record yet.
 	Pending []Record `json:"-"`
 }
 
-// replay is the state of a ledger read from disk.
-type replay struct {
+// IdentityTotals are one identity's figures in a ledger.
+type IdentityTotals struct {
+	Identity string       `json:"identity"`
+	Models   []ModelUsage `json:"models"`
+	Total    ModelUsage   `json:"total"`
+}
+
+// Identity returns identity name's figures as Totals of their own (its pending
+// reservations included), and whether the ledger holds any call of it.
+func (t Totals) Identity(name string) (Totals, bool) {
+	out := Totals{}
+	for _, r := range t.Pending {
+		if r.Identity == name {
+			out.Pending = append(out.Pending, r)
+		}
+	}
+	for _, it := range t.Identities {
+		if it.Identity == name {
+			out.Models, out.Total = it.Models, it.Total
+			return out, true
+		}
+	}
+	return out, len(out.Pending) > 0
+}
+
+// usageSet is the usage of one set of calls, per model and in total.
+type usageSet struct {
 	byModel map[string]*ModelUsage
 	total   ModelUsage
-	open    map[string]Record // reserve records without a settle
+}
+
+// add counts a settle record.
+func (u *usageSet) add(r Record) {
+	if u.byModel == nil {
+		u.byModel = make(map[string]*ModelUsage)
+	}
+	m := u.byModel[r.Model]
+	if m == nil {
+		m = &ModelUsage{Model: r.Model}
+		u.byModel[r.Model] = m
+	}
+	for _, x := range []*ModelUsage{m, &u.total} {
+		x.Provider = r.Provider
+		x.Requests++
+		x.Input += r.Input
+		x.Output += r.Output
+		x.CostNano += r.CostNano
+		if r.Estimated {
+			x.Estimated++
+		}
+	}
+	u.total.Provider, u.total.Model = "", ""
+}
+
+// models returns the per-model usage, sorted by model.
+func (u *usageSet) models() []ModelUsage {
+	var out []ModelUsage
+	for _, m := range u.byModel {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	return out
+}
+
+// replay is the state of a ledger read from disk.
+type replay struct {
+	usageSet
+	ids     map[string]*usageSet // by identity, for the calls of identities
+	open    map[string]Record    // reserve records without a settle
 	recent  []Record          // settle records, in order, for the minute window
 	seq     int64
 	good    int64 // offset after the last good line
@@ -86,7 +158,7 @@ type replay struct {
 // readLedger reads and checks path. A torn last line (no newline, or failing its checksum) is
 // tolerated and reported; a bad line before the last is ErrLedgerCorrupt.
 func readLedger(path string) (*replay, error) {
-	rp := &replay{byModel: make(map[string]*ModelUsage), open: make(map[string]Record)}
+	rp := &replay{ids: make(map[string]*usageSet), open: make(map[string]Record)}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return rp, nil
@@ -127,34 +199,27 @@ func (rp *replay) apply(r Record) {
 	}
 }
 
-// add counts a settle record.
+// add counts a settle record: in the sandbox's figures, and in its identity's.
 func (rp *replay) add(r Record) {
-	m := rp.byModel[r.Model]
-	if m == nil {
-		m = &ModelUsage{Model: r.Model}
-		rp.byModel[r.Model] = m
-	}
-	for _, u := range []*ModelUsage{m, &rp.total} {
-		u.Provider = r.Provider
-		u.Requests++
-		u.Input += r.Input
-		u.Output += r.Output
-		u.CostNano += r.CostNano
-		if r.Estimated {
-			u.Estimated++
+	rp.usageSet.add(r)
+	if r.Identity != "" {
+		u := rp.ids[r.Identity]
+		if u == nil {
+			u = &usageSet{}
+			rp.ids[r.Identity] = u
 		}
+		u.add(r)
 	}
-	rp.total.Provider, rp.total.Model = "", ""
 	rp.recent = append(rp.recent, r)
 }
 
 // totals returns the per-model usage, sorted by model.
 func (rp *replay) totals() Totals {
-	t := Totals{Total: rp.total}
-	for _, m := range rp.byModel {
-		t.Models = append(t.Models, *m)
+	t := Totals{Total: rp.total, Models: rp.models()}
+	for _, name := range slices.Sorted(maps.Keys(rp.ids)) {
+		u := rp.ids[name]
+		t.Identities = append(t.Identities, IdentityTotals{Identity: name, Models: u.models(), Total: u.total})
 	}
-	sort.Slice(t.Models, func(i, j int) bool { return t.Models[i].Model < t.Models[j].Model })
 	for _, r := range rp.open {
 		t.Pending = append(t.Pending, r)
 	}

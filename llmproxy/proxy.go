@@ -75,11 +75,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.transports = &transports{op: op, byKey: make(map[string]*http.Transport)}
 	p.metrics = newMetrics(cfg.Registerer)
 	p.tok = newTokenizers()
-	t := cfg.Ledger.Totals()
-	p.budget = NewBudget(p.now, t.Total.Input+t.Total.Output, t.Total.CostNano)
-	for _, r := range cfg.Ledger.recentSettles(p.now().Add(-rateWindow)) {
-		p.budget.restoreWindow(r.Time, r.Input+r.Output)
-	}
+	p.restoreBudgets(cfg.Ledger)
 	p.mux = http.NewServeMux()
 	for _, ep := range []endpoint{epChat, epCompletions, epEmbeddings, epResponses, epMessages, epCountTokens} {
 		p.mux.HandleFunc("POST "+ep.path(), func(w http.ResponseWriter, r *http.Request) { p.serveCall(w, r, ep) })
@@ -172,6 +168,16 @@ type Usage struct {
 	Models []ModelUsageReport `json:"models"`
 	Total  ModelUsageReport   `json:"total"`
 	Budget BudgetReport       `json:"budget"`
+	// Identities are each identity's calls (spec.identities), sorted by name; they are
+	// counted in Models and Total too.
+	Identities []IdentityUsageReport `json:"identities,omitempty"`
+}
+
+// IdentityUsageReport is one identity's part of a Usage report.
+type IdentityUsageReport struct {
+	Identity string             `json:"identity"`
+	Models   []ModelUsageReport `json:"models"`
+	Total    ModelUsageReport   `json:"total"`
 }
 
 // ModelUsageReport is one model's line of a Usage report.
@@ -205,6 +211,13 @@ func Report(t Totals, caps policy.Budget, held BudgetState) Usage {
 	for _, m := range t.Models {
 		u.Models = append(u.Models, conv(m))
 	}
+	for _, it := range t.Identities {
+		ir := IdentityUsageReport{Identity: it.Identity, Models: []ModelUsageReport{}, Total: conv(it.Total)}
+		for _, m := range it.Models {
+			ir.Models = append(ir.Models, conv(m))
+		}
+		u.Identities = append(u.Identities, ir)
+	}
 	u.Budget.ReservedTokens, u.Budget.ReservedUSD = held.HeldTokens, float64(held.HeldNano)/1e9
 	used := t.Total.Input + t.Total.Output
 	if caps.Tokens > 0 {
@@ -216,6 +229,23 @@ func Report(t Totals, caps policy.Budget, held BudgetState) Usage {
 		u.Budget.USD, u.Budget.USDRemaining = &caps.USD, &rem
 	}
 	return u
+}
+
+// restoreBudgets gives the sandbox's budget, and each identity's, the usage the ledger holds:
+// lifetime totals, and what of the last minute's settles has not refilled the rate windows.
+func (p *Proxy) restoreBudgets(l *Ledger) {
+	t := l.Totals()
+	p.budget = NewBudget(p.now, t.Total.Input+t.Total.Output, t.Total.CostNano)
+	p.idRoutes.budgets = map[string]*Budget{}
+	for _, it := range t.Identities {
+		p.idRoutes.budgets[it.Identity] = NewBudget(p.now, it.Total.Input+it.Total.Output, it.Total.CostNano)
+	}
+	for _, r := range l.recentSettles(p.now().Add(-rateWindow)) {
+		p.budget.restoreWindow(r.Time, r.Input+r.Output)
+		if b := p.idRoutes.budgets[r.Identity]; b != nil {
+			b.restoreWindow(r.Time, r.Input+r.Output)
+		}
+	}
 }
 
 // Usage returns the live usage report.

@@ -18,6 +18,10 @@ requests, input and output tokens and cost, and the total. With --policy, also t
 (spec.llm.budget) and what is left of it. The ledger is read, never changed, so this is safe
 while the sidecar runs; reservations of calls still in flight are listed as pending.
 
+When the policy has identities (spec.identities), each identity's calls are totalled below
+the models (they count in the sandbox's total too). --identity NAME reports only NAME's calls,
+and with --policy its own budget (spec.identities.NAME.llm.budget).
+
 Below it, the bill of each sandbox from the usage meter's ledgers (spec.usage; see
 docs/sandboxes.md "Usage and caps"): the state directory's own (usage-ledger.jsonl), those
 of the sandboxes it holds (sandboxes/NAME/sidecar/) and the archive of deleted ones
@@ -32,6 +36,7 @@ func usageCmd(args []string, stdout, stderr io.Writer) error {
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory holding the ledger (env AIRLOCK_STATE_DIR)")
 	policyFile := fs.String("policy", "", "policy whose llm.budget to report what is left of (env AIRLOCK_POLICY)")
 	asJSON := fs.Bool("json", false, "print the report as JSON (the admin /v1/usage format, with the sandboxes' bills under \"sandboxes\")")
+	identity := fs.String("identity", "", "report only the calls of this identity of spec.identities (and with --policy its own budget)")
 	rest, err := fs.ParseArgs(args, stdout, true)
 	if err != nil {
 		return err
@@ -44,13 +49,12 @@ func usageCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cli.Failf("%v", err)
 	}
-	var caps policy.Budget
-	if *policyFile != "" {
-		pol, err := policy.Load(*policyFile)
-		if err != nil {
-			return loadErr(err)
-		}
-		caps = pol.LLM().Budget
+	if *identity != "" {
+		totals, _ = totals.Identity(*identity)
+	}
+	caps, err := usageCaps(*policyFile, *identity)
+	if err != nil {
+		return err
 	}
 	var pending llmproxy.BudgetState
 	for _, r := range totals.Pending {
@@ -78,6 +82,30 @@ func usageCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// usageCaps returns the budget of the policy in file (none without one): the sandbox's, or
+// with identity that identity's own.
+func usageCaps(file, identity string) (policy.Budget, error) {
+	if file == "" {
+		return policy.Budget{}, nil
+	}
+	pol, err := policy.Load(file)
+	if err != nil {
+		return policy.Budget{}, loadErr(err)
+	}
+	if identity == "" {
+		return pol.LLM().Budget, nil
+	}
+	ip, ok := pol.Identity(identity)
+	if !ok {
+		have := "none"
+		if names := pol.IdentityNames(); len(names) > 0 {
+			have = strings.Join(names, ", ")
+		}
+		return policy.Budget{}, cli.Failf("--identity %s: policy %q has no identity %q (spec.identities: %s)", identity, pol.Name(), identity, have)
+	}
+	return ip.LLM().Budget, nil
+}
+
 // printUsage prints the report as a table.
 func printUsage(w io.Writer, u llmproxy.Usage, pending int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -87,6 +115,14 @@ func printUsage(w io.Writer, u llmproxy.Usage, pending int) {
 	}
 	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.6f\t\n", "total", "", u.Total.Requests, u.Total.Input, u.Total.Output, u.Total.CostUSD)
 	tw.Flush()
+	if len(u.Identities) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "IDENTITY\tREQUESTS\tINPUT TOKENS\tOUTPUT TOKENS\tCOST USD\t")
+		for _, it := range u.Identities {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.6f\t\n", it.Identity, it.Total.Requests, it.Total.Input, it.Total.Output, it.Total.CostUSD)
+		}
+		tw.Flush()
+	}
 	var b []string
 	if u.Budget.Tokens != nil {
 		b = append(b, fmt.Sprintf("tokens: %d of %d left", *u.Budget.TokensRemaining, *u.Budget.Tokens))

@@ -84,3 +84,43 @@ func TestUsagePrintsBills(t *testing.T) {
 		t.Errorf("--json: exit %d, %+v\n%s", code, u, out)
 	}
 }
+
+// TestUsageByIdentity: the calls of each identity are totalled below the models, and
+// --identity reports one identity's calls against its own budget.
+func TestUsageByIdentity(t *testing.T) {
+	dir := t.TempDir()
+	l, err := llmproxy.OpenLedger(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Append(llmproxy.Record{Kind: llmproxy.RecordSettle, ID: "a", Identity: "reviewer", Model: "m", Provider: "openai", Input: 100, Output: 20, CostNano: 1000})
+	l.Append(llmproxy.Record{Kind: llmproxy.RecordSettle, ID: "b", Identity: "author", Model: "m", Provider: "openai", Input: 7, Output: 3, CostNano: 500})
+	l.Append(llmproxy.Record{Kind: llmproxy.RecordSettle, ID: "c", Model: "m", Provider: "openai", Input: 1, Output: 1, CostNano: 1})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pol := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pol, []byte("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: u}\nspec:\n"+
+		"  llm:\n    budget: {tokens: 5000}\n  identities:\n    reviewer: {llm: {budget: {tokens: 200}}}\n    author: {}\n"), 0o644)
+
+	code, out, errOut := airlock(t, "usage", "--state-dir", dir)
+	if code != 0 || !strings.Contains(out, "IDENTITY") || !strings.Contains(out, "reviewer") || !strings.Contains(out, "author") {
+		t.Fatalf("exit %d, %s:\n%s", code, errOut, out)
+	}
+	code, out, errOut = airlock(t, "usage", "--state-dir", dir, "--identity", "reviewer", "--policy", pol)
+	if code != 0 || !strings.Contains(out, "tokens: 80 of 200 left") || strings.Contains(out, "author") {
+		t.Errorf("--identity reviewer: exit %d, %s:\n%s", code, errOut, out)
+	}
+	code, out, _ = airlock(t, "usage", "--state-dir", dir, "--identity", "author", "--json")
+	var u llmproxy.Usage
+	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Total.Requests != 1 || u.Total.Input != 7 {
+		t.Errorf("--identity author --json: exit %d, %+v\n%s", code, u, out)
+	}
+	code, out, _ = airlock(t, "usage", "--state-dir", dir, "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Total.Requests != 3 || len(u.Identities) != 2 || u.Identities[1].Identity != "reviewer" {
+		t.Errorf("--json: exit %d, %+v\n%s", code, u, out)
+	}
+	if code, _, errOut := airlock(t, "usage", "--state-dir", dir, "--identity", "nobody", "--policy", pol); code == 0 || !strings.Contains(errOut, `has no identity "nobody"`) {
+		t.Errorf("--identity nobody: exit %d, %s", code, errOut)
+	}
+}
