@@ -37,18 +37,18 @@ const (
 // with the same ID; a reserve without a settle (the sidecar died mid-call) is charged in full
 // when the ledger is next opened.
 type Record struct {
-	Seq      int64     `json:"seq"`
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"`
-	ID       string    `json:"id"`
-	Sandbox  string    `json:"sandbox,omitempty"`
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	ID      string    `json:"id"`
+	Sandbox string    `json:"sandbox,omitempty"`
 	// Identity is the spec.identities name that made the call; "" for the sandbox's own
 	// (and in ledgers written before identities existed).
 	Identity string `json:"identity,omitempty"`
 	Model    string `json:"model"`
-	Provider string    `json:"provider,omitempty"`
-	Input    int64     `json:"input_tokens"`
-	Output   int64     `json:"output_tokens"`
+	Provider string `json:"provider,omitempty"`
+	Input    int64  `json:"input_tokens"`
+	Output   int64  `json:"output_tokens"`
 	// CostNano is the cost in nano-dollars (1e-9 USD).
 	CostNano int64 `json:"cost_nusd"`
 	Status   int   `json:"status,omitempty"`
@@ -147,12 +147,12 @@ func (u *usageSet) models() []ModelUsage {
 // replay is the state of a ledger read from disk.
 type replay struct {
 	usageSet
-	ids     map[string]*usageSet // by identity, for the calls of identities
-	open    map[string]Record    // reserve records without a settle
-	recent  []Record          // settle records, in order, for the minute window
-	seq     int64
-	good    int64 // offset after the last good line
-	torn    bool  // a torn or unverifiable last line follows good
+	ids    map[string]*usageSet // by identity, for the calls of identities
+	open   map[string]Record    // reserve records without a settle
+	recent []Record             // settle records, in order, for the minute window
+	seq    int64
+	good   int64 // offset after the last good line
+	torn   bool  // a torn or unverifiable last line follows good
 }
 
 // readLedger reads and checks path. A torn last line (no newline, or failing its checksum) is
