@@ -393,7 +393,7 @@ func (x *exchange) chargeReservation() {
 // refuse answers a call airlock itself denies (model, budget, bad request).
 func (x *exchange) refuse(w http.ResponseWriter, e *apiError, reason policy.Reason) {
 	x.ev.Decision, x.ev.Reason, x.ev.Detail, x.ev.Status = audit.DecisionDeny, string(reason), e.message, e.status
-	x.p.metrics.denied.WithLabelValues(string(reason)).Inc()
+	x.p.metrics.denied.WithLabelValues(string(reason), x.ev.Identity).Inc()
 	x.budgetHeaders(w.Header())
 	e.write(w, x.ep.family())
 }
@@ -439,11 +439,12 @@ func (x *exchange) finish() {
 		return // an unknown model: no label of the policy to count it under
 	}
 	model, prov := x.route.name, x.route.provider
-	p.metrics.requests.WithLabelValues(model, prov, statusLabel(x.ev.Status)).Inc()
+	id := x.ev.Identity
+	p.metrics.requests.WithLabelValues(model, prov, statusLabel(x.ev.Status), id).Inc()
 	if x.hold != nil {
-		p.metrics.tokens.WithLabelValues(model, prov, "input").Add(float64(x.in))
-		p.metrics.tokens.WithLabelValues(model, prov, "output").Add(float64(x.out))
-		p.metrics.cost.WithLabelValues(model, prov).Add(float64(nano) / 1e9)
+		p.metrics.tokens.WithLabelValues(model, prov, "input", id).Add(float64(x.in))
+		p.metrics.tokens.WithLabelValues(model, prov, "output", id).Add(float64(x.out))
+		p.metrics.cost.WithLabelValues(model, prov, id).Add(float64(nano) / 1e9)
 	}
 	p.metrics.latency.WithLabelValues(model, prov).Observe(x.ev.Duration.Seconds())
 	if x.ttft > 0 {

@@ -6,6 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // fakeIdentities answers every lookup with who (or err).
@@ -130,6 +135,15 @@ func TestIdentityUsageSurvivesRestart(t *testing.T) {
 		t.Errorf("sandbox total %d requests, want the identities' sum", got)
 	}
 
+	// The metrics carry the identity too (requests count the refused call as well).
+	byID := requestsByIdentity(t, e.proxy.metrics.requests)
+	if want := float64(before.Identities[1].Total.Requests + 1); byID["author"] != 1 || byID["reviewer"] != want {
+		t.Errorf("airlock_llm_requests_total by identity = %v, want author 1 and reviewer %v", byID, want)
+	}
+	if got := testutil.ToFloat64(e.proxy.metrics.denied.WithLabelValues(string(policy.ReasonBudgetExhausted), "reviewer")); got != 1 {
+		t.Errorf("airlock_llm_denied_total{reason=budget_exhausted,identity=reviewer} = %v, want 1", got)
+	}
+
 	e.stopFn()
 	e.start(e.proxy.cfg.Policy.Current())
 	if got := e.proxy.idRoutes.budget("reviewer", nil).State().UsedTokens; got != own.UsedTokens {
@@ -166,4 +180,26 @@ func TestLedgerWithoutIdentities(t *testing.T) {
 	if _, ok := rp.totals().Identity("reviewer"); ok {
 		t.Error("Identity(reviewer) found in a ledger without it")
 	}
+}
+
+// requestsByIdentity sums a requests counter by its identity label.
+func requestsByIdentity(t *testing.T, c *prometheus.CounterVec) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "identity" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }

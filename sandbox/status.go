@@ -1,11 +1,13 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +69,26 @@ type Status struct {
 	RxBytes         uint64  `json:"rx_bytes"`
 	ComputeUSD      float64 `json:"compute_usd"`
 	Frozen          string  `json:"frozen,omitempty"`
+	// Identities are the identities `exec --as` has run in the sandbox, by uid, with their
+	// model API spend from the sidecar's usage ledger.
+	Identities []IdentityStatus `json:"identities,omitempty"`
+}
+
+// IdentityStatus is one identity of a sandbox's Status.
+type IdentityStatus struct {
+	Name        string  `json:"name"`
+	UID         int     `json:"uid"`
+	LLMSpendUSD float64 `json:"llm_spend_usd"`
+}
+
+// identityStatuses lists the identities of uids (by uid) with their spend.
+func identityStatuses(uids map[string]int, spend map[string]float64) []IdentityStatus {
+	var out []IdentityStatus
+	for name, uid := range uids {
+		out = append(out, IdentityStatus{Name: name, UID: uid, LLMSpendUSD: spend[name]})
+	}
+	slices.SortFunc(out, func(a, b IdentityStatus) int { return cmp.Compare(a.UID, b.UID) })
+	return out
 }
 
 // Statuses reports every sandbox of the store, asking the sidecars concurrently (each bounded
@@ -98,6 +120,7 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 	if st.Container != nil && st.Container.Disk != nil {
 		s.DiskBytes, s.DiskUsedBytes = st.Container.Disk.Size, diskUsage(st.Container.Disk)
 	}
+	s.Identities = identityStatuses(st.IdentityUIDs, nil)
 	if m.ops().Alive(st.SupervisorPid, st.SupervisorTick) {
 		s.SupervisorPid = st.SupervisorPid
 	}
@@ -141,13 +164,23 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 	// The ledger's total outlives sidecar restarts; the metric above counts since the start.
 	if resp, err = get("/v1/usage"); err == nil {
 		defer resp.Body.Close()
+		type total struct {
+			CostUSD float64 `json:"cost_usd"`
+		}
 		var u struct {
-			Total struct {
-				CostUSD float64 `json:"cost_usd"`
-			} `json:"total"`
+			Total      total `json:"total"`
+			Identities []struct {
+				Identity string `json:"identity"`
+				Total    total  `json:"total"`
+			} `json:"identities"`
 		}
 		if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&u) == nil {
 			s.LLMSpendUSD = u.Total.CostUSD
+			spend := map[string]float64{}
+			for _, it := range u.Identities {
+				spend[it.Identity] = it.Total.CostUSD
+			}
+			s.Identities = identityStatuses(st.IdentityUIDs, spend)
 		}
 	}
 	return s

@@ -642,6 +642,13 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		return err
 	}
 	for _, s := range statuses {
+		if len(s.Identities) > 0 {
+			ids := make([]string, 0, len(s.Identities))
+			for _, id := range s.Identities {
+				ids = append(ids, fmt.Sprintf("%s (uid %d, LLM $%.6f)", id.Name, id.UID, id.LLMSpendUSD))
+			}
+			fmt.Fprintf(stdout, "%s: identities: %s\n", s.Name, strings.Join(ids, ", "))
+		}
 		if s.Frozen != "" {
 			fmt.Fprintf(stdout, "%s: FROZEN: %s (raise the cap and reload the policy, or airlock sandbox thaw %s)\n", s.Name, s.Frozen, s.Name)
 		}
