@@ -97,6 +97,7 @@ func TestSandboxMCPServerIdentity(t *testing.T) {
 		})
 		t.Run("ServerOnlyItsRules", func(t *testing.T) { testMCPServerRules(t, h, name, bin, srv) })
 		t.Run("AgentRefusedServersHost", func(t *testing.T) { testMCPAgentRefused(t, h, name, placeholder) })
+		t.Run("StdioChildIsAgent", func(t *testing.T) { testMCPStdioChild(t, h, name, bin, placeholder) })
 	})
 }
 
@@ -125,10 +126,10 @@ func testMCPServerRules(t *testing.T, h *hostile, name, bin string, srv mcpServe
 // identity, with or without the server's placeholder, and no request of it carries the token.
 func testMCPAgentRefused(t *testing.T, h *hostile, name, placeholder string) {
 	before := len(h.w.API.Requests())
-	body, code, _ := parseCurl(t, h.asSh(t, name, "agent", curlScript("-H 'Authorization: Bearer "+placeholder+"' http://api.allowed.test/repos/acme/app")))
+	body, code, _ := parseCurl(t, h.asSh(t, name, "agent", curlScript("http://api.allowed.test/repos/acme/app")))
 	var d identityDenial
-	if code != 403 || json.Unmarshal([]byte(body), &d) != nil || d.Identity != "agent" {
-		t.Errorf("agent to http://api.allowed.test: status %d body %q, want a 403 naming identity agent", code, body)
+	if code != 403 || json.Unmarshal([]byte(body), &d) != nil || d.Identity != "agent" || d.Reason != "no_rule" {
+		t.Errorf("agent to http://api.allowed.test: status %d body %q, want a 403 no_rule naming identity agent", code, body)
 	}
 	r := h.asSh(t, name, "agent", curlScript("-H 'Authorization: Bearer "+placeholder+"' https://api.allowed.test/repos/acme/app"))
 	if _, code, connect := parseCurl(t, r); code != 403 && connect != 403 {
@@ -146,6 +147,27 @@ func testMCPAgentRefused(t *testing.T, h *hostile, name, placeholder string) {
 	}
 	if denied < 2 {
 		t.Errorf("%d audit events deny agent api.allowed.test, want 2 (http and CONNECT)", denied)
+	}
+}
+
+// testMCPStdioChild: a stdio MCP server the agent spawns itself is the agent's child, so it is
+// the agent's identity whatever token it holds: its fetch of the server's host is refused,
+// naming agent, and nothing reaches upstream.
+func testMCPStdioChild(t *testing.T, h *hostile, name, bin, placeholder string) {
+	before := len(h.w.API.Requests())
+	r := h.exec(t, []string{"--as", "agent", "--env", "MCP_TOKEN=" + placeholder}, name, nil, nil,
+		bin, "call", "-spawn", "-token-env", "MCP_TOKEN", "-url", "http://api.allowed.test/repos/acme/app")
+	var res mcpCallResult
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &res) != nil {
+		t.Fatalf("agent spawning a stdio MCP server: %s", r)
+	}
+	status, body, _ := strings.Cut(res.Text, "\n")
+	var d identityDenial
+	if !res.IsError || status != "status 403" || json.Unmarshal([]byte(body), &d) != nil || d.Identity != "agent" {
+		t.Errorf("stdio MCP server spawned by agent fetching api.allowed.test: %+v, want a 403 naming identity agent", res)
+	}
+	if n := len(h.w.API.Requests()) - before; n != 0 {
+		t.Errorf("%d requests of the agent's stdio MCP server reached api.allowed.test, want none", n)
 	}
 }
 

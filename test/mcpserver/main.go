@@ -7,11 +7,13 @@
 // serves one tool, fetch {url}: a GET of url through the proxy of the environment
 // (HTTPS_PROXY, SSL_CERT_FILE), with "Authorization: Bearer $NAME" as a GitHub MCP server
 // sends its token. It prints "listening ADDR PID" once it accepts, and exits when its stdin
-// closes.
+// closes. With -stdio it speaks MCP over its stdin and stdout instead (the stdio transport).
 //
 //	mcpserver call -endpoint URL -url U
+//	mcpserver call -spawn -token-env NAME -url U
 //
-// connects to the server at URL as an MCP client, calls fetch {url: U} and prints the result
+// connects to the server at URL as an MCP client (with -spawn: starts `mcpserver serve -stdio`
+// as its own child, as an agent starts a stdio MCP server), calls fetch {url: U} and prints the result
 // as one JSON object {"isError": bool, "text": "..."}; it exits non-zero only when the MCP
 // exchange itself fails (a refused fetch is a tool error, isError true).
 package main
@@ -26,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -64,6 +67,7 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	tokenEnv := fs.String("token-env", "", "environment variable holding the token (a placeholder in a sandbox)")
+	stdio := fs.Bool("stdio", false, "speak MCP over stdin and stdout instead of listening")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,9 +80,17 @@ func serve(args []string) error {
 		func(ctx context.Context, _ *mcp.CallToolRequest, in fetchArgs) (*mcp.CallToolResult, any, error) {
 			return fetch(ctx, client, in.URL, os.Getenv(*tokenEnv)), nil, nil
 		})
-	ln, err := net.Listen("tcp", *listen)
+	if *stdio {
+		return server.Run(context.Background(), &mcp.StdioTransport{})
+	}
+	return serveHTTP(server, *listen)
+}
+
+// serveHTTP serves server over streamable HTTP on listen until stdin closes.
+func serveHTTP(server *mcp.Server, listen string) error {
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", *listen, err)
+		return fmt.Errorf("listen %s: %w", listen, err)
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -132,6 +144,8 @@ type callResult struct {
 func call(args []string) error {
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	endpoint := fs.String("endpoint", "", "the server's streamable HTTP endpoint")
+	spawn := fs.Bool("spawn", false, "start the server as a child speaking stdio instead of connecting to -endpoint")
+	tokenEnv := fs.String("token-env", "", "with -spawn: the child's -token-env")
 	url := fs.String("url", "", "the fetch tool's url argument")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -139,10 +153,17 @@ func call(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "airlock-test-agent", Version: "v0.1.0"}, nil)
-	transport := &mcp.StreamableClientTransport{Endpoint: *endpoint, DisableStandaloneSSE: true, MaxRetries: -1}
+	var transport mcp.Transport = &mcp.StreamableClientTransport{Endpoint: *endpoint, DisableStandaloneSSE: true, MaxRetries: -1}
+	if *spawn {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this program to spawn: %w", err)
+		}
+		transport = &mcp.CommandTransport{Command: exec.Command(self, "serve", "-stdio", "-token-env", *tokenEnv)}
+	}
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", *endpoint, err)
+		return fmt.Errorf("connect to the MCP server: %w", err)
 	}
 	defer cs.Close()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fetch", Arguments: fetchArgs{URL: *url}})
