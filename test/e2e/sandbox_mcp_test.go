@@ -116,6 +116,12 @@ func testMCPServerRules(t *testing.T, h *hostile, name, bin string, srv mcpServe
 			t.Errorf("MCP server fetching %s: %+v, want a 403 naming identity mcp (reason %q)", tc.url, res, tc.reason)
 		}
 	}
+	// Nor can any other process of the identity: the agent's host is no_rule for mcp.
+	body, code, _ := parseCurl(t, h.asSh(t, name, "mcp", curlScript("http://allowed.test/agent-only")))
+	var d identityDenial
+	if code != 403 || json.Unmarshal([]byte(body), &d) != nil || d.Identity != "mcp" || d.Reason != "no_rule" {
+		t.Errorf("mcp to http://allowed.test: status %d body %q, want a 403 no_rule naming identity mcp", code, body)
+	}
 	// The control: the agent itself may reach allowed.test.
 	if _, code, _ := parseCurl(t, h.asSh(t, name, "agent", curlScript("http://allowed.test/agent-only"))); code != 200 {
 		t.Errorf("agent to allowed.test: status %d, want 200", code)
