@@ -2,14 +2,11 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"net/http"
-	"net/netip"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/airlock-dev/airlock/test/imagetest"
 	"github.com/airlock-dev/airlock/test/privtest"
@@ -58,14 +55,7 @@ func (e *sbEnv) loginRegistry(t *testing.T, user, pass string) (ref string, coun
 		}
 		h.ServeHTTP(w, r)
 	})
-	e.w.AddUpstreamAddr(t, netip.MustParseAddr(sbLoginRegistryAddr))
-	ln, err := e.w.Upstream.Listen("tcp", sbLoginRegistryAddr+":443")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(tls.NewListener(ln, e.w.CA.ServerConfig(sbLoginRegistryAddr))) }()
-	t.Cleanup(func() { srv.Close() })
+	e.serveTLS(t, sbLoginRegistryAddr, gate)
 	return sbLoginRegistryAddr + "/private:latest", func() (int, int) {
 		mu.Lock()
 		defer mu.Unlock()
