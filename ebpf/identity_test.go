@@ -64,6 +64,12 @@ func TestIdentityRawTCP(t *testing.T) {
 	const through, denied = "ECONNREFUSED", "EPERM"
 	check(t, "198.18.1.5:5432", want{"sandbox": through, "author": through, "reviewer": denied, "stray": denied, "wide": through})
 	check(t, "198.18.1.6:5432", want{"sandbox": through, "author": denied, "reviewer": denied, "wide": through})
+	// An AF_INET6 socket to the IPv4-mapped address (connect6) meets the same rules.
+	for who, res := range (want{"author": through, "reviewer": denied, "stray": denied}) {
+		if got := probes[who].Do(t, "connect 6 tcp 198.18.1.5:5432"); got != res {
+			t.Errorf("%s to 198.18.1.5:5432 from an AF_INET6 socket: %s, want %s", who, got, res)
+		}
+	}
 	// wide's rule names port 80 and all of 198.18.0.0/16, which the sandbox's raw rules do
 	// not: the kernel holds it to the sandbox's too.
 	check(t, "198.18.0.20:80", want{"wide": denied})
