@@ -77,3 +77,48 @@ spec:
 		t.Errorf("without the kernel: %v, want errNoIdentityKernel", err)
 	}
 }
+
+// fakePodPeers answers PeerContainer with the container it was set to, or its error.
+type fakePodPeers struct {
+	container string
+	err       error
+}
+
+func (f *fakePodPeers) PeerContainer(netip.AddrPort) (string, error) { return f.container, f.err }
+func (f *fakePodPeers) SetIdentities(bool) error                     { return nil }
+
+// TestPodIdentitiesByContainer: in a pod, the container the node agent names is mapped by
+// --identity-containers; a container not mapped is the sandbox's own policy, and a
+// connection the agent cannot tell is refused.
+func TestPodIdentitiesByContainer(t *testing.T) {
+	peers := &fakePodPeers{}
+	r := &podIdentities{peers: peers, containers: map[string]string{"reviewer": "reviewer", "author": "author", "helper": "author"}}
+	client := netip.MustParseAddrPort("127.0.0.1:40000")
+	for _, tc := range []struct{ container, want string }{
+		{"reviewer", "reviewer"}, {"author", "author"}, {"helper", "author"}, {"tools", ""},
+	} {
+		peers.container = tc.container
+		if got, err := r.Identity(client); err != nil || got != tc.want {
+			t.Errorf("container %s: %q, %v; want %q", tc.container, got, err, tc.want)
+		}
+	}
+	peers.err = errors.New("cgroup 42 of the connection is no container's of the pod")
+	if got, err := r.Identity(client); err == nil || got != "" {
+		t.Errorf("an unknown cgroup: %q, %v; want an error", got, err)
+	}
+	r.peers = nil
+	if _, err := r.Identity(client); !errors.Is(err, errNoIdentityKernel) {
+		t.Errorf("without the node agent: %v, want errNoIdentityKernel", err)
+	}
+}
+
+func TestIdentityContainersNeedTheNodeAgent(t *testing.T) {
+	c := Config{IdentityContainers: map[string]string{"reviewer": "reviewer"}, PacketGuard: "auto", TransparentPorts: DefaultTransparentPorts, TransparentAddr: Off}
+	if err := c.validateKernel(); err == nil || !strings.Contains(err.Error(), "--identity-containers is for a pod with --node-agent") {
+		t.Errorf("without --node-agent: %v", err)
+	}
+	c.NodeAgent = true
+	if err := c.validateKernel(); err != nil && strings.Contains(err.Error(), "identity-containers") {
+		t.Errorf("with --node-agent: %v", err)
+	}
+}
