@@ -345,9 +345,14 @@ static __always_inline int cidr_match(const __u8 addr[16], __u16 port)
 }
 
 /* identity_tcp reports whether a protocol tcp rule of the identity whose cgroup is cgid
- * allows port on addr. A cgroup the sidecar has not mapped to an identity has none. */
+ * allows port on addr. A cgroup the sidecar has not mapped to an identity has none. Without
+ * CFG_IDENTITY_TCP every identity has the sandbox's (the caller checked those). */
 static __always_inline int identity_tcp(__u64 cgid, const __u8 addr[16], __u16 port)
 {
+	__u32 zero = 0;
+	struct settings *c = bpf_map_lookup_elem(&config, &zero);
+	if (c && !(c->flags & CFG_IDENTITY_TCP))
+		return 1;
 	__u32 *ident = bpf_map_lookup_elem(&id_cgroups, &cgid);
 	if (!ident)
 		return 0;

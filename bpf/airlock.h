@@ -98,6 +98,10 @@ struct id_cidr_key {
 			    * reaches only the sidecar (listeners, the transparent redirect),
 			    * its own loopback and its own identity's protocol tcp ranges */
 
+#define CFG_IDENTITY_TCP 32 /* identities' raw TCP is per cgroup (id_cgroups, id_tcp); unset,
+			     * every identity task has the sandbox's protocol tcp ranges (pods,
+			     * where nothing maps containers' cgroups yet) */
+
 struct settings {
 	__u32 flags;
 	__u32 t4_addr;  /* transparent listener, network byte order */

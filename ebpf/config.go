@@ -139,7 +139,10 @@ type Config struct {
 	// sidecar applies an identity's rules (DenyIdentity). False treats every task alike.
 	Identities bool
 	// IdentityTCP are each identity's protocol tcp rules, by identity name (see
-	// Enforcer.SetIdentityTCP). Nil means no identity has raw TCP.
+	// Enforcer.SetIdentityTCP), in force for the cgroups SetIdentityCgroups maps: a cgroup
+	// below Cgroup that it does not map gets no raw TCP. Nil (as opposed to empty) leaves
+	// raw TCP per sandbox, for as long as the Enforcer is open: every identity's task has
+	// the sandbox's protocol tcp ranges (a pod, where no one maps containers' cgroups yet).
 	IdentityTCP map[string][]CIDRRule
 
 	cgid uint64 // Cgroup's id, set by Open

@@ -22,6 +22,7 @@ const (
 	cfgReport       = 4
 	cfgLoopback     = 8
 	cfgIdentities   = 16
+	cfgIdentityTCP  = 32
 )
 
 // cidrPorts is CIDR_PORTS of bpf/airlock.h: the most ports one range can carry.
@@ -137,6 +138,9 @@ func settings(cfg *Config) airlockSettings {
 	}
 	if cfg.Identities {
 		s.Flags |= cfgIdentities
+	}
+	if cfg.IdentityTCP != nil {
+		s.Flags |= cfgIdentityTCP
 	}
 	s.OpenCgid = cfg.cgid
 	t := cfg.Transparent

@@ -33,6 +33,12 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 		cgroup, exempt = pc.Pod, pc.Self
 	}
 	onDeny := spec.OnDeny
+	idTCP := ebpfIdentityTCP(spec.IdentityTCP)
+	if spec.PodCgroup {
+		// In a pod nothing maps the containers' cgroups to identities for the kernel yet:
+		// raw TCP stays per sandbox there (docs/kubernetes.md).
+		idTCP = nil
+	}
 	enf, err := ebpf.Open(ebpf.Config{
 		Sandbox:      spec.Sandbox,
 		Cgroup:       cgroup,
@@ -47,7 +53,7 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 		RequireAll:   spec.RequirePacketGuard,
 		Report:       spec.Report,
 		Identities:   spec.Identities,
-		IdentityTCP:  ebpfIdentityTCP(spec.IdentityTCP),
+		IdentityTCP:  idTCP,
 	})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrInvalidConfig) {
