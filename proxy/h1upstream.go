@@ -116,7 +116,13 @@ func replayable(r *http.Request) bool {
 }
 
 // connect dials the origin (and shakes hands with it over TLS, verifying its certificate).
+// For a request with nothing left to read of it, the client's leaving ends the dial.
 func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
+	if x.o.watchClient != nil {
+		held, stop := x.o.watchClient(ctx)
+		defer stop()
+		ctx = held
+	}
 	c, err := u.dial(ctx, x)
 	if err != nil {
 		return err
