@@ -51,15 +51,15 @@ type Logger struct {
 	opts    Options
 	primary io.Writer // the writer when there is no file, else nil
 	mirror  io.Writer // the writer when there is a file (best effort), else nil
-	file      *logFile
-	cp        *checkpointer // nil without a key
+	file    *logFile
+	cp      *checkpointer // nil without a key
 
 	// mu guards pending and everything below it; flushed and space are signalled under it.
-	mu          sync.Mutex
-	flushed     *sync.Cond // Commit waits here for its line's write
-	space       *sync.Cond // Log waits here while pending is over maxPending
-	pending     []byte
-	spare       []byte
+	mu      sync.Mutex
+	flushed *sync.Cond // Commit waits here for its line's write
+	space   *sync.Cond // Log waits here while pending is over maxPending
+	pending []byte
+	spare   []byte
 	// writing is held by whoever writes to the primary sink (the writer goroutine, or a
 	// Commit caller writing its batch itself, see lead): one at a time, in order.
 	writing bool
