@@ -57,6 +57,7 @@ type config struct {
 	sandboxRT    string        // --runtime of the sandboxes
 	tls          bool          // run the HTTPS section (tls.go)
 	tlsOnly      bool          // run only the HTTPS section
+	httpOnly     bool          // run only the HTTP legs (no section after them)
 	tlsConns     int           // concurrent tunnels or connections in the HTTPS section
 	tlsTests     []string      // keys of the HTTPS tests to run (tlsTest.key)
 	bulkBytes    int64         // bytes of the one-tunnel bulk transfer
@@ -100,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.dns, "dns", true, "also measure the DNS filter against dnsmasq with dnsperf (needs root: runs in its own network namespace)")
 	fs.BoolVar(&c.tls, "tls", true, "also run the HTTPS section: new tunnels/s, one tunnel's throughput, intercepted keep-alive and h2")
 	fs.BoolVar(&c.tlsOnly, "tls-only", false, "run only the HTTPS section")
+	fs.BoolVar(&c.httpOnly, "http-only", false, "run only the plain HTTP legs (no HTTPS, DNS, kernel, model API or sandbox section after them)")
 	fs.IntVar(&c.tlsConns, "tls-conns", 16, "concurrent tunnels (new-tunnel test) or connections (intercepted tests) in the HTTPS section")
 	fs.StringVar(&tlsOnlyTests, "tls-tests", strings.Join(tlsTestKeys(), ","), "comma-separated HTTPS `tests` to run")
 	fs.Int64Var(&c.bulkBytes, "bulk-bytes", 1<<30, "bytes carried by the one-tunnel bulk test")
@@ -280,7 +282,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	printReport(stdout, cfg, gen, e, legs)
 	printInjectReport(stdout, legs)
 	printChainReport(stdout, legs)
-	code := runSections(ctx, e, root, stdout)
+	code := 0
+	if !cfg.httpOnly {
+		code = runSections(ctx, e, root, stdout)
+	}
 	for _, l := range legs {
 		if l.problem != "" {
 			return 1
