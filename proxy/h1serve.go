@@ -177,7 +177,7 @@ func (c *h1Conn) request(h h1Request) (*http.Request, *trackedBody, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse request target: %w", err)
 	}
-	r := &http.Request{Method: h.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	r := http.Request{Method: h.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h.header, Host: h.host, RemoteAddr: c.client, RequestURI: h.target, Close: h.close,
 		ContentLength: h.bodyLen, Body: http.NoBody}
 	o := &origin{client: c.client, hostHeader: h.host, headKnown: true, tunnel: c.tunnel, path: pathStrict}

@@ -134,6 +134,11 @@ func tlsTests(cfg config) []*tlsTest {
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runGzip(ctx, c, cfg.tlsConns, d)
 			}},
+		{name: "intercepted gRPC streaming", key: "grpc", unit: "msg/s", legs: []string{targetDirect, targetAirlock},
+			direct: func(c *tlsClient) { c.inject = true },
+			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
+				return runGRPCStream(ctx, c, cfg.tlsConns, d)
+			}},
 		{name: "intercepted h2 (h2load)", key: "h2", unit: "req/s", legs: []string{targetDirect, targetAirlock},
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
