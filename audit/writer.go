@@ -78,7 +78,7 @@ func (l *Logger) lead() {
 		_, err = l.primary.Write(batch)
 	}
 	l.mu.Lock()
-	l.settle(batch, last, lastHash, err)
+	l.settle(batch, last, lastHash, err, true)
 }
 
 // take takes the role of writer and the pending batch. l.mu is held and the role free.
@@ -91,8 +91,8 @@ func (l *Logger) take() (batch []byte, last uint64, lastHash [32]byte) {
 }
 
 // settle records the write of batch (through line last) or its failure, and gives up the
-// role of writer. l.mu is held.
-func (l *Logger) settle(batch []byte, last uint64, lastHash [32]byte, err error) {
+// role of writer; byCaller says a Commit caller wrote it (lead). l.mu is held.
+func (l *Logger) settle(batch []byte, last uint64, lastHash [32]byte, err error, byCaller bool) {
 	l.writing = false
 	defer l.flushed.Broadcast()
 	if err != nil {
@@ -111,6 +111,14 @@ func (l *Logger) settle(batch []byte, last uint64, lastHash [32]byte, err error)
 		// Commit callers are released, gathered over several batches (writeMirror).
 		if len(l.mirrorBuf) == 0 {
 			l.mirrorAt = time.Now()
+			if byCaller {
+				// The writer goroutine may be waiting with no copy due: wake it, so the copy
+				// stays within mirrorMaxAge of the file.
+				select {
+				case l.wake <- struct{}{}:
+				default:
+				}
+			}
 		}
 		l.mirrorBuf = append(l.mirrorBuf, batch...)
 	}
@@ -246,7 +254,7 @@ func (l *Logger) flush() (ok, closed bool) {
 	l.mu.Unlock()
 	err := l.writePrimary(batch)
 	l.mu.Lock()
-	l.settle(batch, last, lastHash, err)
+	l.settle(batch, last, lastHash, err, false)
 	if err != nil {
 		return false, l.closed // a closed Logger gives up: Close returns the error
 	}
