@@ -35,8 +35,10 @@ const (
 //
 // Log encodes the event and hands it to a writer goroutine, which writes everything that
 // arrived since its last write in one call (group commit): under load many events share one
-// write system call. Commit does the same and waits until its batch's write(2) is done, so a
-// caller can release a response only once its event is in the file. A failed write (a full
+// write system call. Commit queues its event the same way and returns once its batch's
+// write(2) is done, so a caller can release a response only once its event is in the file;
+// when no write is under way it writes the batch itself (no hand-off to the writer
+// goroutine and back), and callers that arrive meanwhile share the next write. A failed write (a full
 // disk, a read-only file system) keeps the batch, makes Health and Commit report the error,
 // and is retried until it succeeds. With a signing key, the writer appends Ed25519-signed
 // checkpoints of the chain to a second file at rotation, at Close and periodically.
@@ -49,19 +51,22 @@ type Logger struct {
 	opts    Options
 	primary io.Writer // the writer when there is no file, else nil
 	mirror  io.Writer // the writer when there is a file (best effort), else nil
-	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt; only the
-	// writer goroutine touches them (writeMirror).
-	mirrorBuf []byte
-	mirrorAt  time.Time
-	file      *logFile
-	cp        *checkpointer // nil without a key
+	file    *logFile
+	cp      *checkpointer // nil without a key
 
 	// mu guards pending and everything below it; flushed and space are signalled under it.
-	mu          sync.Mutex
-	flushed     *sync.Cond // Commit waits here for its line's write
-	space       *sync.Cond // Log waits here while pending is over maxPending
-	pending     []byte
-	spare       []byte
+	mu      sync.Mutex
+	flushed *sync.Cond // Commit waits here for its line's write
+	space   *sync.Cond // Log waits here while pending is over maxPending
+	pending []byte
+	spare   []byte
+	// writing is held by whoever writes to the primary sink (the writer goroutine, or a
+	// Commit caller writing its batch itself, see lead): one at a time, in order.
+	writing bool
+	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt (writeMirror).
+	mirrorBuf   []byte
+	mirrorSpare []byte
+	mirrorAt    time.Time
 	seq         uint64   // the last sequence number given out
 	committed   uint64   // the last sequence number given to a Commit caller
 	prev        [32]byte // the hash of line seq

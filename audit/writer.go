@@ -23,27 +23,111 @@ func (l *Logger) Commit(e Event) error {
 	if err != nil || seq == 0 {
 		return err
 	}
-	select { // a caller is waiting: the writer cuts its linger short
-	case l.urgent <- struct{}{}:
-	default:
-	}
 	return l.waitWritten(seq)
 }
 
-// waitWritten waits until line seq is written, or its batch's write failed.
+// waitWritten waits until line seq is written, or its batch's write failed. When no write
+// is under way it writes what is pending itself (lead); when it cannot (a rotation is due,
+// the sink is failing, the Logger is closing) the writer goroutine is asked to, at once.
 func (l *Logger) waitWritten(seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	asked := false
 	for l.written < seq {
 		switch {
 		case l.writeErr != nil && l.failedUpTo >= seq:
 			return l.writeErr
 		case l.exited:
 			return ErrClosed
+		case l.canLead():
+			l.lead()
+			continue
+		case !l.writing && !asked:
+			asked = true
+			select { // a caller is waiting: the writer cuts its linger short
+			case l.urgent <- struct{}{}:
+			default:
+			}
+			select {
+			case l.wake <- struct{}{}:
+			default:
+			}
 		}
 		l.flushed.Wait()
 	}
 	return nil
+}
+
+// canLead reports whether a Commit caller may write what is pending itself: nobody is
+// writing, the sink takes writes, and the file needs no rotation first (the writer
+// goroutine rotates and checkpoints). l.mu is held.
+func (l *Logger) canLead() bool {
+	return !l.writing && !l.closed && l.writeErr == nil && len(l.pending) > 0 &&
+		(l.file == nil || !l.file.due(l.opts.MaxBytes, l.opts.MaxAge))
+}
+
+// lead writes what is pending on the calling goroutine, as flush does. l.mu is held (and
+// released during the write).
+func (l *Logger) lead() {
+	batch, last, lastHash := l.take()
+	l.mu.Unlock()
+	var err error
+	if l.file != nil {
+		err = l.file.write(batch)
+	} else {
+		_, err = l.primary.Write(batch)
+	}
+	l.mu.Lock()
+	l.settle(batch, last, lastHash, err, true)
+}
+
+// take takes the role of writer and the pending batch. l.mu is held and the role free.
+func (l *Logger) take() (batch []byte, last uint64, lastHash [32]byte) {
+	l.writing = true
+	batch, last, lastHash = l.pending, l.seq, l.prev
+	l.pending, l.spare = l.spare[:0], nil
+	l.space.Broadcast()
+	return batch, last, lastHash
+}
+
+// settle records the write of batch (through line last) or its failure, and gives up the
+// role of writer; byCaller says a Commit caller wrote it (lead). l.mu is held.
+func (l *Logger) settle(batch []byte, last uint64, lastHash [32]byte, err error, byCaller bool) {
+	l.writing = false
+	defer l.flushed.Broadcast()
+	if err != nil {
+		// Keep the batch, in order, ahead of what arrived meanwhile: the chain must not
+		// have a hole, so it is written once the sink takes writes again.
+		l.pending = append(batch, l.pending...)
+		l.failedUpTo = last
+		if l.writeErr == nil {
+			l.downSince = l.now()
+		}
+		l.writeErr = fmt.Errorf("%w: write audit events: %w", ErrUnavailable, err)
+		return
+	}
+	if l.mirror != nil {
+		// stderr is a copy; the file is the record. The copy goes out after the waiting
+		// Commit callers are released, gathered over several batches (writeMirror).
+		if len(l.mirrorBuf) == 0 {
+			l.mirrorAt = time.Now()
+			if byCaller {
+				// The writer goroutine may be waiting with no copy due: wake it, so the copy
+				// stays within mirrorMaxAge of the file.
+				select {
+				case l.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		l.mirrorBuf = append(l.mirrorBuf, batch...)
+	}
+	l.written, l.writtenHash, l.spare = last, lastHash, batch[:0]
+	recovered := l.writeErr != nil
+	l.writeErr = nil
+	if recovered {
+		l.noteOutage()
+	}
 }
 
 // Health returns why events are not reaching the audit file (a full disk, a read-only file
@@ -102,8 +186,8 @@ func (l *Logger) await(tick <-chan time.Time, due *time.Timer) {
 	l.writeMirror(false)
 	for {
 		var dueC <-chan time.Time
-		if len(l.mirrorBuf) > 0 {
-			due.Reset(time.Until(l.mirrorAt.Add(mirrorMaxAge)))
+		if at, ok := l.mirrorDue(); ok {
+			due.Reset(time.Until(at))
 			dueC = due.C
 		}
 		select {
@@ -154,49 +238,25 @@ func (l *Logger) gather(t *time.Timer) {
 	}
 }
 
-// flush writes what is pending in one write. It reports whether the write succeeded (or
-// there was nothing to write) and whether the Logger is closed with nothing more to do.
+// flush writes what is pending in one write (once no Commit caller is writing). It reports
+// whether the write succeeded (or there was nothing to write) and whether the Logger is
+// closed with nothing more to do.
 func (l *Logger) flush() (ok, closed bool) {
 	l.mu.Lock()
-	if len(l.pending) == 0 {
-		closed = l.closed
-		l.mu.Unlock()
-		return true, closed
-	}
-	batch, last, lastHash := l.pending, l.seq, l.prev
-	l.pending, l.spare = l.spare[:0], nil
-	l.space.Broadcast()
-	l.mu.Unlock()
-
-	err := l.writePrimary(batch)
-	if err == nil && l.mirror != nil {
-		// stderr is a copy; the file is the record. The copy goes out after the waiting
-		// Commit callers are released, gathered over several batches (writeMirror).
-		if len(l.mirrorBuf) == 0 {
-			l.mirrorAt = time.Now()
-		}
-		l.mirrorBuf = append(l.mirrorBuf, batch...)
-	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err != nil {
-		// Keep the batch, in order, ahead of what arrived meanwhile: the chain must not
-		// have a hole, so it is written once the sink takes writes again.
-		l.pending = append(batch, l.pending...)
-		l.failedUpTo = last
-		if l.writeErr == nil {
-			l.downSince = l.now()
-		}
-		l.writeErr = fmt.Errorf("%w: write audit events: %w", ErrUnavailable, err)
-		l.flushed.Broadcast()
-		return false, l.closed // a closed Logger gives up: Close returns the error
+	for l.writing {
+		l.flushed.Wait()
 	}
-	l.written, l.writtenHash, l.spare = last, lastHash, batch[:0]
-	recovered := l.writeErr != nil
-	l.writeErr = nil
-	l.flushed.Broadcast()
-	if recovered {
-		l.noteOutage()
+	if len(l.pending) == 0 {
+		return true, l.closed
+	}
+	batch, last, lastHash := l.take()
+	l.mu.Unlock()
+	err := l.writePrimary(batch)
+	l.mu.Lock()
+	l.settle(batch, last, lastHash, err, false)
+	if err != nil {
+		return false, l.closed // a closed Logger gives up: Close returns the error
 	}
 	return true, l.closed && len(l.pending) == 0
 }
@@ -211,20 +271,31 @@ const (
 // writeMirror copies the lines written to the file since the last copy to the mirror
 // (stderr) in one write: always with force, else when a bound is reached. Under load this
 // is one write to stderr per many batches instead of one per batch; the copy is best effort
-// and its order is the file's.
+// and its order is the file's. Only the writer goroutine calls it.
 func (l *Logger) writeMirror(force bool) {
-	if len(l.mirrorBuf) == 0 {
+	l.mu.Lock()
+	buf := l.mirrorBuf
+	if len(buf) == 0 || !force && len(buf) < mirrorMaxBytes && time.Since(l.mirrorAt) < mirrorMaxAge {
+		l.mu.Unlock()
 		return
 	}
-	if !force && len(l.mirrorBuf) < mirrorMaxBytes && time.Since(l.mirrorAt) < mirrorMaxAge {
-		return
+	l.mirrorBuf, l.mirrorSpare = l.mirrorSpare[:0], nil
+	l.mu.Unlock()
+	_, _ = l.mirror.Write(buf)
+	if cap(buf) > 4*mirrorMaxBytes {
+		buf = nil // a burst grew it: let it go
 	}
-	_, _ = l.mirror.Write(l.mirrorBuf)
-	if cap(l.mirrorBuf) > 4*mirrorMaxBytes {
-		l.mirrorBuf = nil // a burst grew it: let it go
-	} else {
-		l.mirrorBuf = l.mirrorBuf[:0]
-	}
+	l.mu.Lock()
+	l.mirrorSpare = buf[:0]
+	l.mu.Unlock()
+}
+
+// mirrorDue returns when the mirror's oldest line is due to be copied, or false when it
+// holds none.
+func (l *Logger) mirrorDue() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mirrorAt.Add(mirrorMaxAge), len(l.mirrorBuf) > 0
 }
 
 // noteOutage queues an event saying how long the log could not be written and how many

@@ -295,7 +295,9 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		r.Body = &countingBody{rc: r.Body, limit: x.p.cfg.MaxRequestBodyBytes, n: &x.up, total: x.p.metrics.bytesUp}
 	}
 	ctx := context.WithValue(r.Context(), exchangeKey, x)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: x.gotConn})
+	if x.o.h1 == nil { // the fast path's upstream records its address itself
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: x.gotConn})
+	}
 	resp, err := x.o.roundTrip(x.pol, r.WithContext(ctx))
 	if err != nil {
 		return x.upstreamFailure(r, err), nil

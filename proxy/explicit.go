@@ -125,17 +125,24 @@ func (p *Proxy) runConnect(client net.Conn, target, reqID string) {
 	if req.Port == 0 {
 		req.Port = 443
 	}
-	if resp := p.openTunnel(t, req, netip.Addr{}); resp != nil {
+	// Until the tunnel is established the client may leave (while an approval, a resolve
+	// or the dial is waited for): that ends the wait.
+	w := watchClient(context.Background(), client, client)
+	defer w.stop()
+	if resp := p.openTunnel(w.ctx, t, req, netip.Addr{}); resp != nil {
+		w.stop()
 		writeRaw(client, resp)
 		return
 	}
 	defer p.releaseTunnel()
 	if t.d.Intercept {
+		client = w.resume(client)
 		p.writeEstablished(t, client)
 		p.intercept(t, client)
 		return
 	}
-	upstream, err := p.connectTunnel(t)
+	upstream, err := p.connectTunnel(w.ctx, t)
+	client = w.resume(client)
 	if err != nil {
 		writeRaw(client, t.respond(p.tunnelFailure(t, nil, err)))
 		return

@@ -29,12 +29,16 @@ func newConnReader(c net.Conn, prefix []byte) *connReader {
 // buffered is what was read and not yet consumed.
 func (b *connReader) buffered() []byte { return b.buf[b.r:b.w] }
 
-// unread puts p back in front of the buffered bytes (a byte read by watchClient).
-func (b *connReader) unread(p []byte) {
+// appendRead adds p, read from the connection by someone else (clientWatch), after the
+// buffered bytes.
+func (b *connReader) appendRead(p []byte) {
+	if len(p) == 0 {
+		return
+	}
 	rest := b.buffered()
-	buf := make([]byte, max(len(b.buf), len(p)+len(rest)))
-	n := copy(buf, p)
-	n += copy(buf[n:], rest)
+	buf := make([]byte, max(len(b.buf), len(rest)+len(p)))
+	n := copy(buf, rest)
+	n += copy(buf[n:], p)
 	b.buf, b.r, b.w = buf, 0, n
 }
 

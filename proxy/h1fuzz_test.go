@@ -193,6 +193,11 @@ func FuzzH1SameAsNetHTTP(f *testing.F) {
 		if fastOnlyStricterAnswers[path] {
 			return // answers the fast path refuses on purpose (TestH1SameAsNetHTTP)
 		}
+		if path == "head" && h.method != http.MethodHead {
+			// The canned answer to a HEAD (a length, no body) is a truncated response to
+			// any other method ("HeAD" among them): both paths wait for the body.
+			return
+		}
 		raw := string(req) + "GET http://plain.test" + markerPath + " HTTP/1.1\r\nHost: plain.test\r\n\r\n"
 		before := len(pp.fastPlain.requests())
 		fast := exchangeRaw(t, pp.fast, true, raw, h.method, "GET")

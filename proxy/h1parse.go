@@ -74,8 +74,9 @@ func parseRequestHead(head []byte, absolute bool) (h1Request, headVerdict) {
 		string(method) == http.MethodConnect || string(method) == "PRI" || !plainRequestTarget(target, absolute) {
 		return r, headHandOff
 	}
-	r.method, r.target = string(method), string(target)
-	r.header = make(http.Header, 8)
+	hs := newHeadStrings(head, rest)
+	r.method, r.target = hs.of(method), hs.of(target)
+	r.header = hs.header()
 	f := fieldState{}
 	for {
 		line, rest, ok = cutCRLF(rest)
@@ -89,7 +90,7 @@ func parseRequestHead(head []byte, absolute bool) (h1Request, headVerdict) {
 		if !ok {
 			return r, headHandOff
 		}
-		if v := f.request(&r, name, value); v != headStrict {
+		if v := f.request(&r, &hs, name, value); v != headStrict {
 			return r, v
 		}
 	}
@@ -113,14 +114,14 @@ type fieldState struct {
 }
 
 // request adds one field to r, or says the head leaves the subset.
-func (f *fieldState) request(r *h1Request, name, value []byte) headVerdict {
-	key := http.CanonicalHeaderKey(string(name))
+func (f *fieldState) request(r *h1Request, hs *headStrings, name, value []byte) headVerdict {
+	key := http.CanonicalHeaderKey(hs.of(name))
 	switch key {
 	case "Host":
 		if f.hosts++; f.hosts > 1 || len(value) == 0 || !plainHostHeader(value) {
 			return headHandOff
 		}
-		r.host = string(value)
+		r.host = hs.of(value)
 		return headStrict // net/http takes Host out of the header map
 	case "Content-Length":
 		n, ok := parseDecimal(value)
@@ -144,8 +145,51 @@ func (f *fieldState) request(r *h1Request, name, value []byte) headVerdict {
 	case "Expect", "Upgrade", "Trailer", "Http2-Settings":
 		return headHandOff
 	}
-	r.header[key] = append(r.header[key], string(value))
+	hs.add(r.header, key, value)
 	return headStrict
+}
+
+// headStrings gives the strings of one head's parts (subslices of it) as substrings of one
+// copy of the head, and the values of its header map from one backing array: a head costs
+// a few allocations, not two or three per field.
+type headStrings struct {
+	head []byte
+	s    string
+	vals []string
+	n    int // field lines in the head (at most)
+}
+
+// newHeadStrings copies head once; fields is the part of it holding the field lines.
+func newHeadStrings(head, fields []byte) headStrings {
+	n := bytes.Count(fields, []byte("\n"))
+	return headStrings{head: head, s: string(head), vals: make([]string, 0, n), n: n}
+}
+
+// of returns b, a subslice of the head, as a string.
+func (hs *headStrings) of(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	off := cap(hs.head) - cap(b)
+	if off < 0 || off+len(b) > len(hs.s) { // not a part of the head: cannot happen
+		return string(b)
+	}
+	return hs.s[off : off+len(b)]
+}
+
+// header is an empty map sized for the head's fields.
+func (hs *headStrings) header() http.Header { return make(http.Header, hs.n) }
+
+// add appends value (a subslice of the head) to h[key].
+func (hs *headStrings) add(h http.Header, key string, value []byte) {
+	v := hs.of(value)
+	if old, ok := h[key]; ok {
+		h[key] = append(old, v)
+		return
+	}
+	i := len(hs.vals)
+	hs.vals = append(hs.vals, v)
+	h[key] = hs.vals[i : i+1 : i+1]
 }
 
 // cutCRLF splits the first CRLF-terminated line off b. ok is false when b holds no CRLF or
@@ -242,14 +286,15 @@ func parseResponseHead(head []byte) (h1Response, error) {
 		bytes.ContainsFunc(line, func(c rune) bool { return c != '\t' && (c < ' ' || c == 0x7f) }) {
 		return r, fmt.Errorf("response status line: %w", errFraming)
 	}
-	r.proto = string(line[:8])
+	r.proto = httpVersion(line[:8])
 	code := line[9:12]
 	if (r.proto != "HTTP/1.1" && r.proto != "HTTP/1.0") || line[8] != ' ' || !allBytes(code, isDigit) || code[0] == '0' {
 		return r, fmt.Errorf("response status line: %w", errFraming)
 	}
-	r.status, _ = strconv.Atoi(string(code))
+	r.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
 	r.close = r.proto == "HTTP/1.0"
-	r.header = make(http.Header, 12)
+	hs := newHeadStrings(head, rest)
+	r.header = hs.header()
 	for {
 		line, rest, ok = cutCRLF(rest)
 		if !ok {
@@ -262,11 +307,11 @@ func parseResponseHead(head []byte) (h1Response, error) {
 		if !ok {
 			return r, fmt.Errorf("response field line: %w", errFraming)
 		}
-		key := http.CanonicalHeaderKey(string(name))
+		key := http.CanonicalHeaderKey(hs.of(name))
 		if err := r.field(key, value); err != nil {
 			return r, err
 		}
-		r.header[key] = append(r.header[key], string(value))
+		hs.add(r.header, key, value)
 	}
 	switch {
 	case r.te && r.cl >= 0:
@@ -276,6 +321,18 @@ func parseResponseHead(head []byte) (h1Response, error) {
 		return r, fmt.Errorf("HTTP/1.0 response with Transfer-Encoding: %w", errFraming)
 	}
 	return r, nil
+}
+
+// httpVersion returns v as a string, without allocating for the two versions a response
+// may name.
+func httpVersion(v []byte) string {
+	switch string(v) {
+	case "HTTP/1.1":
+		return "HTTP/1.1"
+	case "HTTP/1.0":
+		return "HTTP/1.0"
+	}
+	return string(v)
 }
 
 // field notes a framing field of a response head.

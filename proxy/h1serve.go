@@ -177,7 +177,7 @@ func (c *h1Conn) request(h h1Request) (*http.Request, *trackedBody, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse request target: %w", err)
 	}
-	r := &http.Request{Method: h.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	r := http.Request{Method: h.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h.header, Host: h.host, RemoteAddr: c.client, RequestURI: h.target, Close: h.close,
 		ContentLength: h.bodyLen, Body: http.NoBody}
 	o := &origin{client: c.client, hostHeader: h.host, headKnown: true, tunnel: c.tunnel, path: pathStrict}
@@ -357,32 +357,11 @@ func (c *h1Conn) writeBody(resp *http.Response, chunked bool) bool {
 	return w.Flush() == nil
 }
 
-// watchClient reads the client's connection in the background while a request (with nothing
-// of it left to read) is held: EOF or a read error ends held, as net/http's server ends a
-// request's context when its client goes. A byte that arrives instead (a pipelined request)
-// is kept for the next head. stop ends the read and waits for it.
+// watchClient watches the client's connection while a request (with nothing of it left to
+// read) is held (clientWatch): the held context ends when the client goes. Bytes that arrive
+// instead (a pipelined request) are kept for the next head. stop ends the watch and waits
+// for it.
 func (c *h1Conn) watchClient(ctx context.Context) (held context.Context, stop func()) {
-	held, cancel := context.WithCancel(ctx)
-	if len(c.in.buffered()) > 0 { // the next request is here already: the client has not gone
-		return held, cancel
-	}
-	var got [1]byte
-	var n int
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var err error
-		if n, err = c.conn.Read(got[:]); n == 0 && !isTimeout(err) {
-			cancel()
-		}
-	}()
-	return held, func() {
-		_ = c.conn.SetReadDeadline(time.Unix(1, 0)) // in the past: the read returns now
-		<-done
-		_ = c.conn.SetReadDeadline(time.Time{})
-		if n > 0 {
-			c.in.unread(got[:n])
-		}
-		cancel()
-	}
+	w := watchClient(ctx, c.conn, c.conn)
+	return w.ctx, func() { c.in.appendRead(w.stop()) }
 }

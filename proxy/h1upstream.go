@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -116,7 +117,13 @@ func replayable(r *http.Request) bool {
 }
 
 // connect dials the origin (and shakes hands with it over TLS, verifying its certificate).
+// For a request with nothing left to read of it, the client's leaving ends the dial.
 func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
+	if x.o.watchClient != nil {
+		held, stop := x.o.watchClient(ctx)
+		defer stop()
+		ctx = held
+	}
 	c, err := u.dial(ctx, x)
 	if err != nil {
 		return err
@@ -243,7 +250,7 @@ func isStale(err error) bool {
 // response builds the http.Response of head h, with a body framed as RFC 9112 section 6.3
 // says.
 func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
-	resp := &http.Response{Status: fmt.Sprintf("%d %s", h.status, http.StatusText(h.status)), StatusCode: h.status,
+	resp := &http.Response{Status: strconv.Itoa(h.status) + " " + http.StatusText(h.status), StatusCode: h.status,
 		Proto: h.proto, ProtoMajor: 1, ProtoMinor: 1, Header: h.header, ContentLength: h.cl, Request: r,
 		Close: h.close || r.Close}
 	if h.proto == "HTTP/1.0" {

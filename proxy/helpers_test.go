@@ -286,10 +286,12 @@ type harness struct {
 	taddr    string // transparent listener ("" when not started)
 	upstream *pki
 
-	// mu guards routes and dialled.
+	// mu guards routes, dialled and hold.
 	mu      sync.Mutex
 	routes  map[netip.AddrPort]string // checked address -> real loopback address
 	dialled []netip.AddrPort
+	// hold, when set, runs before every dial (with the dial's context); an error fails it.
+	hold func(ctx context.Context, ap netip.AddrPort) error
 }
 
 type harnessOpt func(*Config)
@@ -379,7 +381,13 @@ func (h *harness) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
 	h.mu.Lock()
 	h.dialled = append(h.dialled, ap)
 	target, ok := h.routes[ap]
+	hold := h.hold
 	h.mu.Unlock()
+	if hold != nil {
+		if err := hold(ctx, ap); err != nil {
+			return nil, err
+		}
+	}
 	if !ok {
 		target = ap.String()
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -83,28 +84,34 @@ func (p *Proxy) transparentTLS(c net.Conn, br *bufio.Reader, orig netip.AddrPort
 	}
 	t.dest = net.JoinHostPort(host, strconv.Itoa(int(orig.Port())))
 	req := policy.Request{Scheme: "https", Host: host, Port: int(orig.Port())}
-	if resp := p.openTunnel(t, req, orig.Addr()); resp != nil {
+	// Until the tunnel is established the client may leave (while an approval, a resolve
+	// or the dial is waited for): that ends the wait.
+	_ = c.SetReadDeadline(time.Time{})
+	w := watchClient(context.Background(), c, br)
+	defer w.stop()
+	if resp := p.openTunnel(w.ctx, t, req, orig.Addr()); resp != nil {
 		_ = resp.Body.Close() // nothing to answer in TLS: the connection just closes
 		return
 	}
 	defer p.releaseTunnel()
-	_ = c.SetReadDeadline(time.Time{})
-	client := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(s.first), br)}
 	if t.d.Intercept {
+		got := w.stop()
+		client := &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(s.first), bytes.NewReader(got), br)}
 		t.setStatus(http.StatusOK)
 		p.intercept(t, client)
 		return
 	}
-	upstream, err := p.connectTunnel(t)
+	upstream, err := p.connectTunnel(w.ctx, t)
+	got := w.stop()
 	if err != nil {
 		p.tunnelFailure(t, nil, err)
 		return
 	}
 	defer upstream.Close()
 	t.setStatus(http.StatusOK)
-	// The bytes read to classify the connection go first; then the client's socket is read
-	// directly, so the relay can splice it.
-	first := slices.Concat(s.first, peekBuffered(br))
+	// The bytes read to classify the connection (and while it was being opened) go first;
+	// then the client's socket is read directly, so the relay can splice it.
+	first := slices.Concat(s.first, got, peekBuffered(br))
 	p.relay(t, c, upstream, func(*bufio.Reader) ([]byte, error) { return first, nil })
 }
 

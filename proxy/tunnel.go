@@ -391,11 +391,12 @@ func (b *countingBody) Close() error {
 
 // openTunnel runs the stages every tunnel passes before a byte reaches upstream: decide on
 // the name and port (connection level), take a tunnel slot, resolve the name once and check
-// every address. want is the transparent original address (or the zero Addr). It returns
+// every address. want is the transparent original address (or the zero Addr); ctx ends when
+// the client leaves, which ends a wait for an approval or the resolver. It returns
 // nil when the tunnel may open, holding a slot the caller releases, or the response that
 // refuses it.
-func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http.Response {
-	t.pol, t.d = p.decide(context.Background(), t.pol, t.unknown, req, t.kind)
+func (p *Proxy) openTunnel(ctx context.Context, t *tunnel, req policy.Request, want netip.Addr) *http.Response {
+	t.pol, t.d = p.decide(ctx, t.pol, t.unknown, req, t.kind)
 	t.host, t.port = t.d.Host, req.Port
 	if t.host == "" {
 		t.host = req.Host
@@ -408,7 +409,7 @@ func (p *Proxy) openTunnel(t *tunnel, req policy.Request, want netip.Addr) *http
 		t.refuse(tunnelLimit(t.d.Rule, t.host, t.port))
 		return t.respond(failResponse(nil, policy.ReasonTunnelLimit, t.host, t.port))
 	}
-	tg, err := p.resolve(context.Background(), t.pol, t.host, t.port, want)
+	tg, err := p.resolve(ctx, t.pol, t.host, t.port, want)
 	if err != nil {
 		p.releaseTunnel()
 		return t.respond(p.tunnelFailure(t, nil, err))
@@ -435,9 +436,9 @@ func tunnelLimit(rule, host string, port int) policy.Decision {
 		Detail: "too many tunnels are open; retry later"}
 }
 
-// connectTunnel dials the tunnel's checked addresses.
-func (p *Proxy) connectTunnel(t *tunnel) (net.Conn, error) {
-	c, ap, err := p.connect(context.Background(), t.target)
+// connectTunnel dials the tunnel's checked addresses; ctx ends when the client leaves.
+func (p *Proxy) connectTunnel(ctx context.Context, t *tunnel) (net.Conn, error) {
+	c, ap, err := p.connect(ctx, t.target)
 	if err != nil {
 		return nil, err
 	}

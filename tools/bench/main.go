@@ -58,7 +58,9 @@ type config struct {
 	sandboxRT    string        // --runtime of the sandboxes
 	tls          bool          // run the HTTPS section (tls.go)
 	tlsOnly      bool          // run only the HTTPS section
+	httpOnly     bool          // run only the HTTP legs (no section after them)
 	tlsConns     int           // concurrent tunnels or connections in the HTTPS section
+	tlsTests     []string      // keys of the HTTPS tests to run (tlsTest.key)
 	bulkBytes    int64         // bytes of the one-tunnel bulk transfer
 	profileDir   string        // write CPU profiles of airlock during the HTTPS tests here
 }
@@ -79,7 +81,7 @@ func allTargets() []string {
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
-	var only string
+	var only, tlsOnlyTests string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "measured `time` per target per round (whole seconds with wrk)")
@@ -101,7 +103,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.dns, "dns", true, "also measure the DNS filter against dnsmasq with dnsperf (needs root: runs in its own network namespace)")
 	fs.BoolVar(&c.tls, "tls", true, "also run the HTTPS section: new tunnels/s, one tunnel's throughput, intercepted keep-alive and h2")
 	fs.BoolVar(&c.tlsOnly, "tls-only", false, "run only the HTTPS section")
+	fs.BoolVar(&c.httpOnly, "http-only", false, "run only the plain HTTP legs (no HTTPS, DNS, kernel, model API or sandbox section after them)")
 	fs.IntVar(&c.tlsConns, "tls-conns", 16, "concurrent tunnels (new-tunnel test) or connections (intercepted tests) in the HTTPS section")
+	fs.StringVar(&tlsOnlyTests, "tls-tests", strings.Join(tlsTestKeys(), ","), "comma-separated HTTPS `tests` to run")
 	fs.Int64Var(&c.bulkBytes, "bulk-bytes", 1<<30, "bytes carried by the one-tunnel bulk test")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of airlock during its first round of each HTTPS test into this `directory`")
 	fs.Usage = func() {
@@ -136,6 +140,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case c.loadgen != "wrk" && c.loadgen != "go":
 		return c, fmt.Errorf("-loadgen %q: use %q or %q", c.loadgen, "wrk", "go")
 	}
+	var err error
+	if c.tlsTests, err = pickTLSTests(tlsOnlyTests); err != nil {
+		return c, err
+	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(only, ",") {
 		if n = strings.TrimSpace(n); n == "" {
@@ -155,6 +163,33 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-only: name at least one target")
 	}
 	return c, nil
+}
+
+// tlsTestKeys are the keys of the HTTPS tests, in their order.
+func tlsTestKeys() []string {
+	var keys []string
+	for _, t := range tlsTests(config{}) {
+		keys = append(keys, t.key)
+	}
+	return keys
+}
+
+// pickTLSTests checks a -tls-tests list.
+func pickTLSTests(list string) ([]string, error) {
+	var keys []string
+	for _, k := range strings.Split(list, ",") {
+		if k = strings.TrimSpace(k); k == "" {
+			continue
+		}
+		if !slices.Contains(tlsTestKeys(), k) {
+			return nil, fmt.Errorf("-tls-tests: unknown test %q: use some of %s", k, strings.Join(tlsTestKeys(), ","))
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("-tls-tests: name at least one test")
+	}
+	return keys, nil
 }
 
 func main() {
@@ -259,7 +294,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	printReport(stdout, cfg, gen, e, legs)
 	printInjectReport(stdout, legs)
 	printChainReport(stdout, legs)
-	code := runSections(ctx, e, root, stdout)
+	code := 0
+	if !cfg.httpOnly {
+		code = runSections(ctx, e, root, stdout)
+	}
 	for _, l := range legs {
 		if l.problem != "" {
 			return 1

@@ -75,6 +75,7 @@ type tlsRound struct {
 // tlsTest is one measurement of the HTTPS section.
 type tlsTest struct {
 	name   string
+	key    string // its name in -tls-tests
 	unit   string // of rate()
 	legs   []string
 	bytes  bool // rate is MiB/s of body bytes, not ops/s
@@ -105,35 +106,40 @@ func (r tlsResult) rate(bytes bool) float64 {
 // tlsTests lists the HTTPS section's tests.
 func tlsTests(cfg config) []*tlsTest {
 	return []*tlsTest{
-		{name: "new tunnels", unit: "tunnels/s", legs: tlsLegNames, other: targetDirect, ratio: 0.9,
+		{name: "new tunnels", key: "tunnels", unit: "tunnels/s", legs: tlsLegNames, other: targetDirect, ratio: 0.9,
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runNewTunnels(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "one tunnel bulk", unit: "MiB/s", legs: tlsLegNames, bytes: true, other: targetDirect, ratio: 0.9,
+		{name: "one tunnel bulk", key: "bulk", unit: "MiB/s", legs: tlsLegNames, bytes: true, other: targetDirect, ratio: 0.9,
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runBulk(ctx, c, cfg.bulkBytes)
 			}},
-		{name: "intercepted keep-alive", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted keep-alive", key: "keepalive", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runKeepAlive(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted POST 1-4 KiB JSON, Content-Length", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted POST 1-4 KiB JSON, Content-Length", key: "post-length", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runPosts(ctx, c, cfg.tlsConns, d, false)
 			}},
-		{name: "intercepted POST 1-4 KiB JSON, chunked", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted POST 1-4 KiB JSON, chunked", key: "post-chunked", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runPosts(ctx, c, cfg.tlsConns, d, true)
 			}},
-		{name: "intercepted chunked gzip response", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted chunked gzip response", key: "gzip", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runGzip(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted h2 (h2load)", unit: "req/s", legs: []string{targetDirect, targetAirlock},
+		{name: "intercepted gRPC streaming", key: "grpc", unit: "msg/s", legs: []string{targetDirect, targetAirlock},
+			direct: func(c *tlsClient) { c.inject = true },
+			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
+				return runGRPCStream(ctx, c, cfg.tlsConns, d)
+			}},
+		{name: "intercepted h2 (h2load)", key: "h2", unit: "req/s", legs: []string{targetDirect, targetAirlock},
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runH2load(ctx, te, c, cfg.tlsConns, d)
@@ -171,6 +177,9 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 	}
 	var outs []*tlsOutcome
 	for _, t := range tlsTests(e.cfg) {
+		if !slices.Contains(e.cfg.tlsTests, t.key) {
+			continue
+		}
 		outs = append(outs, te.runTest(ctx, t, legs))
 		if ctx.Err() != nil {
 			return te, legs, outs, ctx.Err()

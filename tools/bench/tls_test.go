@@ -1,7 +1,14 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 )
@@ -69,5 +76,49 @@ status codes: 10000 2xx, 0 3xx, 0 4xx, 0 5xx
 		if _, err := parseH2load(bad); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
+	}
+}
+
+// TestGRPCStreamEchoes: the gRPC leg's client and the upstream's service agree (every
+// message echoed, counted as served, the stream ended with the OK status), and a stream
+// without the injected header is refused, so a proxy that does not inject fails the leg.
+func TestGRPCStreamEchoes(t *testing.T) {
+	pki, err := newPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served atomic.Int64
+	gs := newBenchGRPC(&served)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+tlsToken {
+			http.Error(w, "no injected credential", http.StatusForbidden)
+			return
+		}
+		if !isGRPC(r.ProtoMajor, r.Header.Get("Content-Type")) {
+			t.Errorf("request %s %s is not gRPC", r.Proto, r.Header.Get("Content-Type"))
+		}
+		gs.ServeHTTP(w, r)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pki.caPEM)
+	c := tlsClient{upstream: srv.Listener.Addr().String(), roots: roots, inject: true}
+	res, err := runGRPCStream(context.Background(), c, 2, 200*time.Millisecond)
+	if err != nil || res.ops == 0 {
+		t.Fatalf("gRPC leg: %d messages, %v", res.ops, err)
+	}
+	if served.Load() != res.ops {
+		t.Errorf("upstream served %d messages, client counted %d", served.Load(), res.ops)
+	}
+	c.inject = false
+	if _, err := runGRPCStream(context.Background(), c, 1, 100*time.Millisecond); err == nil {
+		t.Error("a stream without the injected header succeeded")
 	}
 }

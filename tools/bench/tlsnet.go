@@ -124,6 +124,7 @@ func runTLSUpstreamChild() int {
 	var served atomic.Int64
 	body := []byte(upstreamBody)
 	zeros := make([]byte, 256<<10)
+	gs := newBenchGRPC(&served)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == servedPath {
 			fmt.Fprintf(w, "%d\n", served.Load())
@@ -132,6 +133,10 @@ func runTLSUpstreamChild() int {
 		host, _, _ := strings.Cut(r.Host, ":")
 		if host == tlsInjectHost && r.Header.Get("Authorization") != "Bearer "+tlsToken {
 			http.Error(w, "no injected credential", http.StatusForbidden)
+			return
+		}
+		if isGRPC(r.ProtoMajor, r.Header.Get("Content-Type")) {
+			gs.ServeHTTP(w, r) // counts each echoed message
 			return
 		}
 		if serveShape(w, r, &served) {
