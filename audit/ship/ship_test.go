@@ -479,7 +479,8 @@ func TestPodGoneWhileS3DownNamesTheUnshippedRange(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if err := tr.sh.Finish(short); err == nil {
+	err := tr.sh.Finish(short)
+	if err == nil {
 		t.Fatal("Finish with S3 down succeeded")
 	}
 	srv.Restart(t)
@@ -493,6 +494,10 @@ func TestPodGoneWhileS3DownNamesTheUnshippedRange(t *testing.T) {
 	lost := fmt.Sprintf("not shipped: seq %d..%d (", c.LastSeq+1, headSeq)
 	if ok || !strings.HasPrefix(line, want) || !strings.Contains(line, lost) || !strings.Contains(line, "whatever came after") {
 		t.Fatalf("verdict %q, want it to start %q and name %q and an unknown end", line, want, lost)
+	}
+	// The sidecar's last word (its log, not the store) names the whole range it could not ship.
+	if want := fmt.Sprintf("seq %d..%d not shipped", c.LastSeq+1, tr.n); !strings.Contains(err.Error(), want) {
+		t.Errorf("Finish: %v, want it to name %q", err, want)
 	}
 	if c.LastSeq >= headSeq {
 		t.Fatalf("last shipped seq %d, want below the head %d (the open file was not shipped)", c.LastSeq, headSeq)

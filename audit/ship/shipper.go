@@ -472,6 +472,24 @@ func openHead(path string) (audit.Segment, bool) {
 	return audit.SegmentOf(buf)
 }
 
+// unshipped names the chain range on the volume not shipped yet ("seq A..B"), for the
+// shutdown error: the sidecar's last word on what the store will miss.
+func (s *Shipper) unshipped() string {
+	last := s.st.LastSeq
+	for _, f := range audit.RotatedFiles(s.cfg.Log) {
+		if seg, ok, err := s.segment(f); err == nil && ok {
+			last = max(last, seg.Last)
+		}
+	}
+	if seg, ok := openHead(s.cfg.Log); ok {
+		last = max(last, seg.Last)
+	}
+	if last <= s.st.LastSeq {
+		return "the closing marker"
+	}
+	return fmt.Sprintf("seq %d..%d", s.st.LastSeq+1, last)
+}
+
 // Closing is the closing marker's content: the chain ended at LastSeq, whose line hashes
 // to LastHash, and this is the last object shipped for it.
 type Closing struct {
@@ -494,7 +512,7 @@ func (s *Shipper) Finish(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("audit shipping at shutdown: %w", err)
+			return fmt.Errorf("audit shipping at shutdown: %s not shipped, lost with the volume unless it survives the pod: %w", s.unshipped(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, s.cfg.MaxBackoff)

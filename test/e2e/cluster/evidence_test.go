@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,7 +49,8 @@ type evidence struct {
 // audit volume and ships it to a real S3 server with Object Lock; the trail is one chain
 // across a killed sidecar, closed when the pod is deleted, verified and exported from the
 // bucket with the key from airlock's namespace; S3 going down neither stops requests nor
-// loses events; a pod deleted while S3 is down is reported open at its last shipped seq.
+// loses events; a pod deleted while S3 is down is reported open at its last shipped seq, the
+// range after it named as not shipped.
 func TestEvidenceOnARealCluster(t *testing.T) {
 	bins := kubecluster.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -77,7 +79,7 @@ func TestEvidenceOnARealCluster(t *testing.T) {
 	_ = t.Run("Pod Security restricted admits the injected trail", func(t *testing.T) { e.restrictedAdmits(ctx, t) }) &&
 		t.Run("one chain across a sidecar restart, closed, verified and exported from the bucket", func(t *testing.T) { e.restartAndDelete(ctx, t) }) &&
 		t.Run("S3 down: requests served, the backlog ships when it is back", func(t *testing.T) { e.s3Outage(ctx, t) }) &&
-		t.Run("pod deleted while S3 is down: open at the last shipped seq", func(t *testing.T) { e.lostTail(ctx, t) })
+		t.Run("pod deleted while S3 is down: open at the last shipped seq, the range after it named", func(t *testing.T) { e.lostTail(ctx, t) })
 }
 
 // startS3 runs versitygw in the cluster's namespace and makes the bucket, with Object Lock.
@@ -366,10 +368,21 @@ func (e *evidence) lostTail(ctx context.Context, t *testing.T) {
 	e.deletePod(ctx, t, "k14-lost")
 	e.s3.Restart(t)
 	out, code := e.verify(ctx, "k14-lost", uid)
-	if code != exitOpenCode || !strings.Contains(out, "open, last shipped seq") {
+	m := lastShipped.FindStringSubmatch(out)
+	if code != exitOpenCode || m == nil {
 		t.Fatalf("verify of a pod deleted while S3 was down: exit %d\n%s\nwant open, last shipped seq N", code, out)
 	}
+	// The missing range starts at N+1; its end was never shipped, and verify says so rather
+	// than guess (a head marker, shipped at most once a minute, may name a seq it reached).
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	if !strings.Contains(out, fmt.Sprintf("not shipped: seq %d", n+1)) || !strings.Contains(out, "recorded nowhere in the store") {
+		t.Fatalf("verify of a pod deleted while S3 was down:\n%s\nwant the range from seq %d named, and its end unknown", out, n+1)
+	}
+	t.Logf("verify: %s", strings.TrimSpace(out))
 }
+
+// lastShipped finds the last shipped seq in verify's line for an open chain.
+var lastShipped = regexp.MustCompile(`open, last shipped seq (\d+)`)
 
 // exitOpenCode is airlock audit verify's exit status for an open shipped chain.
 const exitOpenCode = 4
