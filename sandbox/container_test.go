@@ -82,6 +82,9 @@ func TestOCISpecConfines(t *testing.T) {
 	if !spec.Root.Readonly || spec.Linux.Seccomp == nil || spec.Linux.Seccomp.DefaultAction != specs.ActErrno {
 		t.Errorf("root read-only %v, seccomp %v", spec.Root.Readonly, spec.Linux.Seccomp != nil)
 	}
+	if a := spec.Linux.Seccomp.Architectures; nativeArch != "" && !slices.Equal(a, []specs.Arch{nativeArch}) {
+		t.Errorf("seccomp architectures %v: want the native ABI %s alone", a, nativeArch)
+	}
 	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: DefaultIDBase, Size: IDRangeSize}}
 	if !slices.Equal(spec.Linux.UIDMappings, want) || !slices.Equal(spec.Linux.GIDMappings, want) {
 		t.Errorf("id maps %v %v, want %v", spec.Linux.UIDMappings, spec.Linux.GIDMappings, want)

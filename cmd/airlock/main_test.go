@@ -99,12 +99,18 @@ func TestPolicyExplainText(t *testing.T) {
 }
 
 func TestPolicyTestExampleCasesPass(t *testing.T) {
-	code, out, errOut := airlock(t, "policy", "test", examplePolicy, "--cases", "../../deploy/examples/cases.yaml")
-	if code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
-	}
-	if !regexp.MustCompile(`\d+ passed, 0 failed`).MatchString(out) {
-		t.Errorf("got %q, want a summary with 0 failed", out)
+	for policy, cases := range map[string]string{
+		examplePolicy: "../../deploy/examples/cases.yaml",
+		// An MCP server and an agent as identities (per-identity cases).
+		"../../deploy/examples/mcp-github-policy.yaml": "../../deploy/examples/mcp-github-cases.yaml",
+	} {
+		code, out, errOut := airlock(t, "policy", "test", policy, "--cases", cases)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\nstdout: %s\nstderr: %s", cases, code, out, errOut)
+		}
+		if !regexp.MustCompile(`\d+ passed, 0 failed`).MatchString(out) {
+			t.Errorf("%s: got %q, want a summary with 0 failed", cases, out)
+		}
 	}
 }
 

@@ -91,6 +91,7 @@ func imageCache(stateDir string) (*image.Store, error) {
 type createFlags struct {
 	stateDir, policy, profile, environment, subnet, cgroupParent, upstreamDNS, backend string
 	runtime, workdir, network, tmpSize, disk, image                                    string
+	imagePullSecret                                                                    string
 	cpu                                                                                float64
 	memory                                                                             string
 	pids                                                                               int
@@ -120,7 +121,20 @@ func addCreateFlags(fs *cli.FlagSet) *createFlags {
 	fs.UintVar(&c.idBase, "id-base", sandbox.DefaultIDBase, "first host uid/gid handed to sandboxes (each takes 65536, host-wide, never overlapping)")
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", 30*time.Second, "how long to wait for the sidecar to become ready")
 	fs.StringVar(&c.backend, "backend", "local", "local (network namespace + cgroup on this machine) | kubernetes (a pod with the sidecar injected)")
+	fs.StringVar(&c.imagePullSecret, "image-pull-secret", "", "log in to --image's registry with `SECRET` of the policy's spec.secrets (its value USER:PASSWORD), fetched by the credential broker as the sidecar fetches secrets (Vault: VAULT_ADDR and the Vault flags after --); sent to that registry only")
 	return c
+}
+
+// pullLogin gives m's image cache the registry login of --image-pull-secret, if any.
+func (c *createFlags) pullLogin(ctx context.Context, m *sandbox.Manager, o sandbox.CreateOptions) error {
+	if c.imagePullSecret == "" {
+		return nil
+	}
+	cred, err := imagePullLogin(ctx, o, c.imagePullSecret)
+	if err != nil {
+		return err
+	}
+	return withPullLogin(m, cred)
 }
 
 // options turns the flags into CreateOptions for sandbox name.
@@ -232,6 +246,9 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 	switch c.backend {
 	case "local":
 	case "kubernetes":
+		if c.imagePullSecret != "" {
+			return cli.Failf("sandbox create --backend kubernetes: --image-pull-secret is for local sandboxes; a pod pulls with its imagePullSecrets")
+		}
 		if len(runArgs) > 0 {
 			return cli.Failf("sandbox create --backend kubernetes: sidecar flags after -- are set by the webhook, not here")
 		}
@@ -258,6 +275,9 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := c.pullLogin(ctx, m, o); err != nil {
+		return err
+	}
 	st, err := m.Create(ctx, o)
 	var warn *sandbox.Warning
 	if errors.As(err, &warn) {
@@ -474,6 +494,9 @@ func createEphemeral(m *sandbox.Manager, c *createFlags, name string, once *sand
 	// The command starts the container (runInSandbox), or with once the runtime creates it
 	// with the command and startCreated starts it.
 	o.Once, o.OnceProcess = true, once
+	if err := c.pullLogin(context.Background(), m, o); err != nil {
+		return nil, err
+	}
 	_, err = m.Create(context.Background(), o)
 	var warn *sandbox.Warning
 	if errors.As(err, &warn) {

@@ -1,12 +1,16 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/airlock-dev/airlock/credentials"
 	"github.com/airlock-dev/airlock/credentials/vault"
@@ -160,6 +164,19 @@ type VaultConfig struct {
 	K8sRole      string
 	K8sJWTFile   string
 	K8sMount     string
+}
+
+// Source is a Vault source (not started) for v, dialling Vault with dial and logging to log
+// (nil: nowhere); the sidecar's credential broker uses it, and so does `sandbox create` for
+// an image's registry login.
+func (v *VaultConfig) Source(log *logrus.Logger, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*vault.Source, error) {
+	return vault.New(vault.Config{
+		Address: v.Addr, CACertFile: v.CACert, Auth: v.Auth,
+		Token: v.Token, TokenFile: v.TokenFile,
+		RoleIDFile: v.RoleIDFile, SecretIDFile: v.SecretIDFile, AppRoleMount: v.AppRoleMount,
+		KubernetesRole: v.K8sRole, KubernetesJWTFile: v.K8sJWTFile, KubernetesMount: v.K8sMount,
+		Logger: log, Dial: dial,
+	})
 }
 
 // Defaults of Config fields that cmd/airlock's flags show.

@@ -108,14 +108,7 @@ func (cb *credentialBroker) startVault(ctx context.Context, pol *policy.Policy) 
 	if v.Addr == "" {
 		return nil
 	}
-	src, err := vault.New(vault.Config{
-		Address: v.Addr, CACertFile: v.CACert, Auth: v.Auth,
-		Token: v.Token, TokenFile: v.TokenFile,
-		RoleIDFile: v.RoleIDFile, SecretIDFile: v.SecretIDFile, AppRoleMount: v.AppRoleMount,
-		KubernetesRole: v.K8sRole, KubernetesJWTFile: v.K8sJWTFile, KubernetesMount: v.K8sMount,
-		Logger: cb.s.log,
-		Dial:   cb.s.operator.DialContext(egress.AllRanges()), // the operator configured Vault's address
-	})
+	src, err := v.Source(cb.s.log, cb.s.operator.DialContext(egress.AllRanges())) // the operator configured Vault's address
 	if err != nil {
 		return err
 	}

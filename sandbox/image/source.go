@@ -13,22 +13,48 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	regtransport "github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // platform is the image platform sandboxes run: Linux on this machine's architecture.
 func platform() v1.Platform { return v1.Platform{OS: "linux", Architecture: runtime.GOARCH} }
 
+// Credential is a registry's login: Basic credentials, which the pull sends to the registry
+// (or to the token service its challenge names, for a bearer token), never elsewhere.
+type Credential struct {
+	Username string
+	Password string // never logged: String leaves it out
+}
+
+// String names the credential without its password.
+func (c *Credential) String() string { return "registry login " + c.Username }
+
+// ParseCredential reads a login written USER:PASSWORD (the form of a Docker config's `auth`
+// once decoded); a registry that takes a token alone takes it as the password of any user
+// name it documents.
+func ParseCredential(v string) (*Credential, error) {
+	user, pass, ok := strings.Cut(strings.TrimRight(v, "\r\n"), ":")
+	if !ok || user == "" || pass == "" {
+		return nil, errors.New("a registry login is USER:PASSWORD (for a token-only registry, the user name it documents, a colon and the token)")
+	}
+	return &Credential{Username: user, Password: pass}, nil
+}
+
 // openImage reads ref: an OCI image layout directory, a tarball (an OCI layout, as `docker
 // buildx --output type=oci` and `skopeo copy oci-archive:` write it, or `docker save`'s
-// format), or a registry reference, pulled through transport. tmp is where an OCI archive
-// is unpacked; the returned cleanup removes it.
-func openImage(ctx context.Context, ref, tmp string, transport http.RoundTripper) (v1.Image, func(), error) {
+// format), or a registry reference, pulled through transport with cred (nil: anonymously).
+// tmp is where an OCI archive is unpacked; the returned cleanup removes it.
+func openImage(ctx context.Context, ref, tmp string, transport http.RoundTripper, cred *Credential) (v1.Image, func(), error) {
 	nothing := func() {}
+	if _, err := os.Stat(ref); err == nil && cred != nil {
+		return nil, nothing, fmt.Errorf("--image %s: a registry login is for registry references, and this is a file", ref)
+	}
 	if fi, err := os.Stat(ref); err == nil {
 		if fi.IsDir() {
 			img, err := fromLayout(ref)
@@ -46,7 +72,17 @@ func openImage(ctx context.Context, ref, tmp string, transport http.RoundTripper
 	if err != nil {
 		return nil, nothing, fmt.Errorf("--image %s: not a file, a directory or an image reference: %w", ref, err)
 	}
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithTransport(transport), remote.WithPlatform(platform()))
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithTransport(transport), remote.WithPlatform(platform())}
+	if cred != nil {
+		// go-containerregistry sends it to the reference's registry only (and to the token
+		// service of that registry's challenge), never along a redirect to another host.
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: cred.Username, Password: cred.Password}))
+	}
+	img, err := remote.Image(r, opts...)
+	var terr *regtransport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized && cred == nil {
+		return nil, nothing, fmt.Errorf("pull %s: the registry wants a login: give --image-pull-secret NAME, a secret of the policy's spec.secrets holding USER:PASSWORD: %w", ref, err)
+	}
 	if err != nil {
 		return nil, nothing, fmt.Errorf("pull %s: %w", ref, err)
 	}

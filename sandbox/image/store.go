@@ -37,6 +37,9 @@ type Store struct {
 	// Transport carries registry pulls: the operator's dial path (egress.Operator), never a
 	// sandbox's. Nil refuses registry references.
 	Transport http.RoundTripper
+	// Credential authenticates registry pulls to the registry of the reference and to no
+	// other host (not a redirect's, not another registry's). Nil pulls anonymously.
+	Credential *Credential
 }
 
 var _ sandbox.ImageSource = (*Store)(nil)
@@ -54,7 +57,7 @@ func (s *Store) Get(ctx context.Context, ref, owner string) (*sandbox.Image, err
 	if err := s.init(); err != nil {
 		return nil, err
 	}
-	img, cleanup, err := openImage(ctx, ref, filepath.Join(s.Dir, "tmp"), s.Transport)
+	img, cleanup, err := openImage(ctx, ref, filepath.Join(s.Dir, "tmp"), s.Transport, s.Credential)
 	if err != nil {
 		return nil, err
 	}

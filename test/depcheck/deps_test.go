@@ -130,7 +130,7 @@ var ours = map[string]may{
 var support = []string{
 	"tools/bench", "test/e2e", "tools/demo", "tools/docgen", "test/depcheck", "test/fakellm", "test/privtest",
 	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest", "test/upstreamproxy",
-	"test/kubecluster", "test/kubecluster/buildcluster", "test/cachedbuild", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe",
+	"test/kubecluster", "test/kubecluster/buildcluster", "test/cachedbuild", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe", "test/mcpserver",
 	"internal/imagebuild", "internal/imagebuild/airlockimage", "test/imagetest",
 }
 
@@ -154,6 +154,7 @@ var heavies = []heavy{
 	{"github.com/moby/profiles", []string{"sandbox"}, "the default seccomp profile (Docker's, kept by moby) of local sandboxes lives in sandbox only"},
 	{"github.com/aws/aws-sdk-go-v2", []string{"audit/ship"}, "the S3 client (aws-sdk-go-v2) lives in audit/ship only"},
 	{"github.com/aws/smithy-go", []string{"audit/ship"}, "the S3 client's runtime (smithy-go) lives in audit/ship only"},
+	{"github.com/modelcontextprotocol/go-sdk", []string{"test/mcpserver"}, "the MCP SDK is the test MCP server's and client's only (airlock speaks no MCP itself)"},
 	{"k8s.io/client-go/kubernetes", []string{"test/kubetest"}, "the generated clientset links and initialises every API group at every start: sandbox/kube uses a core/v1 REST client"},
 }
 

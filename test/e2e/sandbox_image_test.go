@@ -52,16 +52,21 @@ func (e *sbEnv) createImage(t *testing.T, name, ref string, extra ...string) str
 // reference.
 func (e *sbEnv) serveRegistry(t *testing.T) string {
 	t.Helper()
-	h := imagetest.Registry(t, imagetest.Busybox(t), "busybox")
-	e.w.AddUpstreamAddr(t, netip.MustParseAddr(sbRegistryAddr))
-	ln, err := e.w.Upstream.Listen("tcp", sbRegistryAddr+":443")
+	e.serveTLS(t, sbRegistryAddr, imagetest.Registry(t, imagetest.Busybox(t), "busybox"))
+	return sbRegistryAddr + "/busybox:latest"
+}
+
+// serveTLS serves h at addr:443 in the world, with a certificate of the world's CA.
+func (e *sbEnv) serveTLS(t *testing.T, addr string, h http.Handler) {
+	t.Helper()
+	e.w.AddUpstreamAddr(t, netip.MustParseAddr(addr))
+	ln, err := e.w.Upstream.Listen("tcp", addr+":443")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(tls.NewListener(ln, e.w.CA.ServerConfig(sbRegistryAddr))) }()
+	go func() { _ = srv.Serve(tls.NewListener(ln, e.w.CA.ServerConfig(addr))) }()
 	t.Cleanup(func() { srv.Close() })
-	return sbRegistryAddr + "/busybox:latest"
 }
 
 // TestSandboxImageBusybox: a sandbox of the busybox image sees the image's files with the

@@ -53,6 +53,7 @@ type config struct {
 	dns          bool          // also run the DNS section (dns.go)
 	sandboxOnly  bool          // run only the sandbox section (sandbox.go)
 	usageOnly    bool          // run only the usage meter section (usage.go)
+	identityOnly bool          // run only the identity section (identity.go)
 	sandboxRuns  int           // cycles of each sandbox measurement
 	sandboxRT    string        // --runtime of the sandboxes
 	tls          bool          // run the HTTPS section (tls.go)
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&only, "only", strings.Join(allTargets(), ","), "comma-separated `targets` to run")
 	fs.BoolVar(&c.sandboxOnly, "sandbox-only", false, "run only the local sandbox create/exec/delete section")
 	fs.BoolVar(&c.usageOnly, "usage-only", false, "run only the usage meter section: the cost of measuring a sandbox")
+	fs.BoolVar(&c.identityOnly, "identity-only", false, "run only the identity section: the sidecar's CPU per request without identities and as an identity")
 	fs.StringVar(&c.sandboxRT, "sandbox-runtime", "runc", "OCI runtime of the measured sandboxes: runc | crun | PATH")
 	fs.IntVar(&c.sandboxRuns, "sandbox-cycles", 10, "cycles of each local sandbox measurement (create/exec/delete, exec --ephemeral)")
 	fs.StringVar(&c.airlockBin, "airlock-bin", "", "use this airlock `binary` instead of building ./cmd/airlock")
@@ -172,6 +174,8 @@ func main() {
 			os.Exit(runLLMAnthropicChild())
 		case usageRecvRole:
 			os.Exit(runUsageRecvChild())
+		case identityClientRole:
+			os.Exit(runIdentityClientChild())
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -223,6 +227,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		urep := runUsageBench(ctx, e, root)
 		printUsageReport(stdout, urep)
 		if urep.err != nil {
+			return 1
+		}
+		return 0
+	}
+	if cfg.identityOnly {
+		irep := runIdentityBench(ctx, e, root)
+		printIdentityReport(stdout, irep)
+		if irep.err != nil {
 			return 1
 		}
 		return 0
@@ -284,6 +296,11 @@ func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int
 	urep := runUsageBench(ctx, e, root)
 	printUsageReport(stdout, urep)
 	if urep.err != nil {
+		return 1
+	}
+	irep := runIdentityBench(ctx, e, root)
+	printIdentityReport(stdout, irep)
+	if irep.err != nil {
 		return 1
 	}
 	lrep := runLLMBench(ctx, e, root)
