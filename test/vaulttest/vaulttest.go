@@ -247,7 +247,7 @@ func (s *Server) Policy(t testing.TB, name, hcl string) {
 
 // TransitMissing says why the server has no Transit engine at transit/, or "" when it has
 // one. The server mounts Vault's Transit engine as an external plugin built from ./transit
-// (server/README.md); tests that need Transit skip with this reason should it be missing.
+// (server/README.md); tests that need Transit fail with this reason should it be missing.
 func (s *Server) TransitMissing(t testing.TB) string {
 	t.Helper()
 	mounts, err := s.Do("GET", "sys/mounts", nil)
