@@ -153,15 +153,21 @@ func fetchChain(ctx context.Context, store Store, dir string, vs []Version, loca
 	if len(segs) > 0 {
 		c.FirstSeq, c.LastSeq = segs[0].first, segs[len(segs)-1].last
 	}
+	c.close(closings)
+	return c, nil
+}
+
+// close sets the closing marker that ends the chain at its last shipped seq, if any, and
+// names a head marker past it as tampering.
+func (c *Chain) close(closings []Closing) {
 	for i := range closings {
 		if closings[i].LastSeq == c.LastSeq {
 			c.Closed = &closings[i]
 		}
 	}
 	if c.Closed != nil && c.Head != nil && c.Head.Seq > c.Closed.LastSeq {
-		c.Tampered = append(c.Tampered, fmt.Sprintf("%s%s says the chain reached seq %d, past its closing marker at seq %d", dir, HeadName(c.Head.Seq), c.Head.Seq, c.Closed.LastSeq))
+		c.Tampered = append(c.Tampered, fmt.Sprintf("%s%s says the chain reached seq %d, past its closing marker at seq %d", c.Dir, HeadName(c.Head.Seq), c.Head.Seq, c.Closed.LastSeq))
 	}
-	return c, nil
 }
 
 // groupByKey groups versions (already in key order, oldest first) by key.

@@ -396,7 +396,8 @@ const exitOpenCode = 4
 // transitSigned: a pod annotated airlock.dev/audit-signing-vault-transit gets a sidecar that
 // signs its checkpoints with the Transit key through its own Kubernetes-auth Vault login; no
 // signing key is in the pod. Its shipped trail verifies with the public keys read from Vault
-// (a read-only token), and not with the namespace's Secret key.
+// (a token that may read the key, with Vault's default policy), and not with the namespace's
+// Secret key.
 func (e *evidence) transitSigned(ctx context.Context, t *testing.T) {
 	v := e.vault.srv
 	e.vaultKubeAuth(ctx, t, k14NS, "k14-agent", "k14-audit")
@@ -404,7 +405,7 @@ func (e *evidence) transitSigned(ctx context.Context, t *testing.T) {
 	v.Policy(t, "k14-audit", `path "transit/sign/k14-audit" { capabilities = ["update"] }
 path "transit/keys/k14-audit" { capabilities = ["read"] }`)
 	v.Policy(t, "k14-verify", `path "transit/keys/k14-audit" { capabilities = ["read"] }`)
-	tok := v.Must(t, "POST", "auth/token/create", map[string]any{"policies": []string{"k14-verify"}, "no_default_policy": true, "ttl": "1h"})
+	tok := v.Must(t, "POST", "auth/token/create", map[string]any{"policies": []string{"k14-verify"}, "ttl": "1h"})
 	verifyToken, _ := tok["auth"].(map[string]any)["client_token"].(string)
 
 	pod := probePod(k14NS, "k14-transit", true)
