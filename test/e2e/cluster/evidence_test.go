@@ -50,7 +50,8 @@ type evidence struct {
 // across a killed sidecar, closed when the pod is deleted, verified and exported from the
 // bucket with the key from airlock's namespace; S3 going down neither stops requests nor
 // loses events; a pod deleted while S3 is down is reported open at its last shipped seq, the
-// range after it named as not shipped.
+// range after it named as not shipped; a pod annotated for Vault Transit signing has its
+// trail signed by Vault and verified with the keys read from Vault.
 func TestEvidenceOnARealCluster(t *testing.T) {
 	bins := kubecluster.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
