@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/cli"
 	"github.com/airlock-dev/airlock/internal/sidecar"
+	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
 )
 
@@ -95,6 +96,7 @@ func runFlags(stderr io.Writer) (*cli.FlagSet, *sidecar.Config) {
 	// /host/sys/fs/cgroup`.
 	fs.BoolVar(&c.PodCgroup, "pod-cgroup", false, "Kubernetes pod mode: attach kernel enforcement to the pod's cgroup (the parent of this container's cgroup), exempting this container's own cgroup; not with --cgroup")
 	fs.BoolVar(&c.NodeAgent, "node-agent", false, "Kubernetes pod mode without privilege: the node agent (airlock node, a DaemonSet) holds kernel enforcement on the pod's cgroup; the start waits for it to confirm; not with --cgroup or --pod-cgroup")
+	fs.Var(identityMapFlag{&c.IdentityContainers}, "identity-containers", "with --node-agent: which identity of the policy's spec.identities each of the pod's containers is, CONTAINER=IDENTITY,... (the webhook sets it from the pod's airlock.dev/identities annotation); other containers are the sandbox's own policy")
 	fs.DurationVar(&c.NodeAgentWait, "node-agent-wait", sidecar.DefaultNodeAgentWait, "with --node-agent: how long the start waits for the node agent (then production refuses to start)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", "", "where the host's cgroup v2 hierarchy is visible, e.g. a hostPath mount /host/sys/fs/cgroup (with --pod-cgroup); default: the cgroup2 mount of /proc/self/mountinfo")
 	// In a pod the sidecar writes the app containers' trust store into a volume they mount
@@ -164,4 +166,23 @@ func vaultEnv(v *sidecar.VaultConfig) {
 		v.CACert = os.Getenv("VAULT_CACERT")
 	}
 	v.Token = os.Getenv("VAULT_TOKEN")
+}
+
+// identityMapFlag is --identity-containers: policy.ParseIdentityMap's syntax.
+type identityMapFlag struct{ m *map[string]string }
+
+func (f identityMapFlag) String() string {
+	if f.m == nil {
+		return ""
+	}
+	return policy.FormatIdentityMap(*f.m)
+}
+
+func (f identityMapFlag) Set(s string) error {
+	m, err := policy.ParseIdentityMap(s)
+	if err != nil {
+		return err
+	}
+	*f.m = m
+	return nil
 }

@@ -18,6 +18,11 @@ type Pod struct {
 	// SidecarID is the runtime's ID of the running sidecar container (without the
 	// "containerd://" prefix); empty while it is not running.
 	SidecarID string
+	// Containers are the runtime's IDs (without the prefix) of the pod's other running
+	// containers (app and init containers), by container name: the agent resolves their
+	// cgroups to answer which container connected (OpPeer). A restarted container has a new
+	// ID, and with it a new cgroup. Nil: none known.
+	Containers map[string]string
 }
 
 // Sandbox is the name the pod's enforcement is pinned under: NAMESPACE.POD (namespaces have

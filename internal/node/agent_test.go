@@ -36,6 +36,7 @@ type helper struct {
 	lines chan string
 	denyC chan string
 	origC chan string
+	peerC chan string
 }
 
 func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *testnet.Netns, role, sock string) *helper {
@@ -54,7 +55,8 @@ func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *test
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &helper{t: t, in: in, lines: make(chan string, 16), denyC: make(chan string, 64), origC: make(chan string, 16)}
+	h := &helper{t: t, in: in, lines: make(chan string, 16), denyC: make(chan string, 64), origC: make(chan string, 16),
+		peerC: make(chan string, 16)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -62,6 +64,8 @@ func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *test
 				h.denyC <- d
 			} else if o, ok := strings.CutPrefix(sc.Text(), "O "); ok {
 				h.origC <- o
+			} else if p, ok := strings.CutPrefix(sc.Text(), "P "); ok {
+				h.peerC <- p
 			} else {
 				h.lines <- strings.TrimPrefix(sc.Text(), "R ")
 			}
@@ -386,4 +390,89 @@ func TestAgentFollowsANewPodSandbox(t *testing.T) {
 	if got := app2.do("dial 198.18.0.99:80"); got != "EPERM" {
 		t.Errorf("app in the new sandbox to an address never allowed: %s, want EPERM", got)
 	}
+}
+
+// peer returns the next "which container connected" answer of an identities sidecar.
+func (h *helper) peer() string {
+	h.t.Helper()
+	select {
+	case p := <-h.peerC:
+		return p
+	case <-time.After(30 * time.Second):
+		h.t.Fatal("the sidecar accepted no connection in 30s")
+	}
+	return ""
+}
+
+// TestAgentIdentities: the agent tells the sidecar which container connected each accepted
+// connection, by the container's name, also after a container restart (a new cgroup id,
+// possibly before the API server reports it); a cgroup of the pod that is no reported
+// container's is refused; and with identities the app containers reach out only through
+// the sidecar (the kernel's identity rule, on the pod's cgroup).
+func TestAgentIdentities(t *testing.T) {
+	p := newPod(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a := p.agent()
+	side := p.container(ctx, "side1", "sidecar-identities")
+	reviewer := p.container(ctx, "r1", "app")
+	author := p.container(ctx, "a1", "app")
+	p.p.SidecarID, p.p.Containers = "side1", map[string]string{"reviewer": "r1", "author": "a1"}
+	if err := a.Upsert(p.p); err != nil {
+		t.Fatal(err)
+	}
+	if got := side.next(); got != "attached" {
+		t.Fatalf("sidecar: %s, want attached", got)
+	}
+	for name, h := range map[string]*helper{"reviewer": reviewer, "author": author} {
+		if got := h.do("dial " + proxyAddr); got != "OK" {
+			t.Fatalf("%s to the proxy listener: %s, want OK", name, got)
+		}
+		if got := side.peer(); got != name {
+			t.Errorf("the connection of container %s: agent says %q", name, got)
+		}
+	}
+	if got := side.do("allow " + allowedIP); got != "OK" {
+		t.Fatalf("allow: %s", got)
+	}
+	if got := author.do("dial " + allowedIP + ":80"); got != "EPERM" {
+		t.Errorf("an app container straight to an allowed address with identities: %s, want EPERM (only through the sidecar)", got)
+	}
+
+	t.Run("restarted container", func(t *testing.T) {
+		reviewer.in.Close()
+		reviewer2 := p.container(ctx, "r2", "app")
+		// The new container connects before the agent hears of it: the lookup waits for
+		// the pod's update (or, had the update come first, finds it at once).
+		if got := reviewer2.do("dial " + proxyAddr); got != "OK" {
+			t.Fatalf("restarted reviewer to the proxy listener: %s", got)
+		}
+		p.p.Containers = map[string]string{"reviewer": "r2", "author": "a1"}
+		if err := a.Upsert(p.p); err != nil {
+			t.Fatal(err)
+		}
+		if got := side.peer(); got != "reviewer" {
+			t.Errorf("the restarted reviewer's connection: agent says %q, want reviewer", got)
+		}
+		if got := reviewer2.do("dial " + allowedIP + ":80"); got != "EPERM" {
+			t.Errorf("restarted reviewer straight to an allowed address: %s, want EPERM", got)
+		}
+	})
+	t.Run("a cgroup of no container", func(t *testing.T) {
+		stray := p.container(ctx, "stray", "app")
+		if got := stray.do("dial " + proxyAddr); got != "OK" {
+			t.Fatalf("stray to the proxy listener: %s", got)
+		}
+		if got := side.peer(); !strings.HasPrefix(got, "ERR ") || !strings.Contains(got, "no running container the API server reported") {
+			t.Errorf("a cgroup of the pod that is no container's: %q, want an error", got)
+		}
+	})
+	t.Run("identities off", func(t *testing.T) {
+		if got := side.do("identities off"); got != "OK" {
+			t.Fatalf("identities off: %s", got)
+		}
+		if got := author.do("dial " + allowedIP + ":80"); got != "OK" {
+			t.Errorf("without identities, an app container to an allowed address: %s, want OK", got)
+		}
+	})
 }

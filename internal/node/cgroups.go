@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-dev/airlock/ebpf"
 )
 
 // Cgroups are a pod's cgroups in the node's cgroup v2 hierarchy.
@@ -115,4 +117,50 @@ func findPodDir(root, uid string) (string, error) {
 		level = append(kube, other...)
 	}
 	return "", fmt.Errorf("find pod cgroup: no cgroup of pod %s under %s: %w", uid, root, os.ErrNotExist)
+}
+
+// containerCgroups returns the cgroup ids (ebpf.CgroupID: the directory's inode) of the
+// containers ids (runtime ID by container name) found in the pod's cgroup directory podDir,
+// by container name; a container whose cgroup is not there is left out.
+func containerCgroups(podDir string, ids map[string]string) map[uint64]string {
+	out := map[uint64]string{}
+	if podDir == "" || len(ids) == 0 {
+		return out
+	}
+	entries, err := os.ReadDir(podDir)
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		for name, id := range ids {
+			if id == "" || !isContainerDir(e.Name(), id) {
+				continue
+			}
+			if cgid, err := ebpf.CgroupID(filepath.Join(podDir, e.Name())); err == nil {
+				out[cgid] = name
+			}
+		}
+	}
+	return out
+}
+
+// inCgroupDir reports whether cgid is the id of a directory right below dir (a container's
+// cgroup of the pod, whichever container it is).
+func inCgroupDir(dir string, cgid uint64) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if id, err := ebpf.CgroupID(filepath.Join(dir, e.Name())); err == nil && id == cgid {
+			return true
+		}
+	}
+	return false
 }

@@ -107,6 +107,32 @@ func (c *Client) OriginalDst(peer netip.AddrPort) (netip.AddrPort, error) {
 	return dst, nil
 }
 
+// SetIdentities switches the pod's identities on or off in the kernel (Hello.Identities).
+// The switch is remembered for a redialled agent too, even when this request fails.
+func (c *Client) SetIdentities(on bool) error {
+	c.mu.Lock()
+	c.hello.Identities = on
+	c.mu.Unlock()
+	_, err := c.do(Request{Op: OpIdentities, Identities: on})
+	return err
+}
+
+// PeerContainer returns the name of the pod's container (as the API server names it) whose
+// process connected the TCP connection from peer (its address and port, as the sidecar's
+// listener saw it), from the kernel's record; an error when the agent cannot tell (no
+// record, a cgroup that is no container's of the pod). An older agent answers with an
+// unknown operation error.
+func (c *Client) PeerContainer(peer netip.AddrPort) (string, error) {
+	r, err := c.do(Request{Op: OpPeer, Addr: peer.String()})
+	if err != nil {
+		return "", err
+	}
+	if r.Container == "" {
+		return "", errors.New("node agent: no container in the answer")
+	}
+	return r.Container, nil
+}
+
 // Counters reads the pod's kernel counters.
 func (c *Client) Counters() (Counters, error) {
 	r, err := c.do(Request{Op: OpCounters})

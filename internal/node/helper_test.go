@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	case "sidecar-transparent":
 		runSidecarHelper(os.Getenv(envSocket), true)
 		os.Exit(0)
+	case "sidecar-identities":
+		runIdentitiesHelper(os.Getenv(envSocket))
+		os.Exit(0)
 	case "app":
 		runCommands(nil, os.Getenv(envSocket))
 		os.Exit(0)
@@ -59,7 +62,7 @@ func runSidecarHelper(sock string, transparent bool) {
 	out <- "R started"
 	cfg := ClientConfig{
 		SocketName: sock,
-		Hello:      Hello{Listeners: []Listener{{Addr: "127.0.0.1:3128", Kind: "proxy"}}},
+		Hello:      Hello{Listeners: []Listener{{Addr: proxyAddr, Kind: "proxy"}}},
 		OnDeny:     func(d DenyEvent) { out <- "D " + d.Dest },
 	}
 	var ln net.Listener
@@ -81,6 +84,46 @@ func runSidecarHelper(sock string, transparent bool) {
 	if ln != nil {
 		go serveTransparent(ln, c)
 	}
+	out <- "R attached"
+	runCommands(c, sock)
+}
+
+// proxyAddr is the proxy listener every sidecar helper names in its hello.
+const proxyAddr = "127.0.0.1:3128"
+
+// runIdentitiesHelper is a sidecar whose policy has identities: it listens on the proxy
+// address and reports which container connected each connection it accepts ("P NAME").
+func runIdentitiesHelper(sock string) {
+	go printer()
+	out <- "R started"
+	ln, err := net.Listen("tcp", proxyAddr)
+	if err != nil {
+		out <- "R ERR " + err.Error()
+		return
+	}
+	cfg := ClientConfig{SocketName: sock, Hello: Hello{Listeners: []Listener{{Addr: proxyAddr, Kind: "proxy"}}, Identities: true}}
+	c, err := Dial(cfg, 20*time.Second)
+	if err != nil {
+		out <- "R ERR " + strings.ReplaceAll(err.Error(), "\n", " ")
+		return
+	}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				name, err := c.PeerContainer(conn.RemoteAddr().(*net.TCPAddr).AddrPort())
+				if err != nil {
+					out <- "P ERR " + err.Error()
+				} else {
+					out <- "P " + name
+				}
+			}()
+		}
+	}()
 	out <- "R attached"
 	runCommands(c, sock)
 }
@@ -140,6 +183,8 @@ func command(enf *Client, sock, cmd, arg string) string {
 		return talkToAgent(sock)
 	case "allow":
 		return result(enf.Allow(netip.MustParseAddr(arg), []uint16{80}, time.Now().Add(time.Hour)))
+	case "identities":
+		return result(enf.SetIdentities(arg == "on"))
 	case "counters":
 		c, err := enf.Counters()
 		if err != nil {

@@ -2,7 +2,9 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -16,7 +18,7 @@ import (
 type podState struct {
 	a *Agent
 
-	// mu guards pod, cg, ln, nsIno, enf and closed.
+	// mu guards pod, cg, ln, nsIno, enf, closed, containers and changed.
 	mu     sync.Mutex
 	pod    Pod
 	cg     Cgroups
@@ -24,6 +26,11 @@ type podState struct {
 	nsIno  uint64 // the network namespace ln is bound in
 	enf    *ebpf.Enforcer
 	closed bool
+	// containers are the cgroup ids of pod.Containers, by id (container names).
+	containers map[uint64]string
+	// changed is closed (and replaced) at every update: a peer lookup waiting for a
+	// restarted container's new ID wakes up.
+	changed chan struct{}
 
 	// lastRefusal is when a refused caller was last logged (accept's goroutine only): an app
 	// container hammering the socket does not flood the agent's log.
@@ -56,6 +63,8 @@ func (st *podState) logger() *logrus.Entry {
 func (st *podState) update(p Pod) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	defer st.containersChanged()
+	st.pod.Containers = p.Containers
 	if p.SidecarID == "" || (p.SidecarID == st.pod.SidecarID && st.ln != nil) {
 		st.pod.SidecarID = p.SidecarID
 		return nil
@@ -71,6 +80,55 @@ func (st *podState) update(p Pod) error {
 	}
 	st.logger().WithFields(logrus.Fields{"pod_cgroup": cg.Pod, "sidecar_cgroup": cg.Sidecar}).Info("serving the pod's sidecar")
 	return nil
+}
+
+// containersChanged finds the cgroup ids of the pod's containers again, and wakes the peer
+// lookups waiting for them. st.mu is held.
+func (st *podState) containersChanged() {
+	st.containers = containerCgroups(st.cg.Pod, st.pod.Containers)
+	if st.changed != nil {
+		close(st.changed)
+	}
+	st.changed = make(chan struct{})
+}
+
+// peerWait bounds how long a peer lookup waits for the API server to report the container
+// of a cgroup of the pod it does not know yet: a restarted container may connect before the
+// kubelet's status update reaches the agent.
+const peerWait = 3 * time.Second
+
+// peerContainer returns the name of the pod's container whose process connected the TCP
+// connection from peer, as the kernel recorded it. A cgroup below the pod's that is no
+// known container's waits (up to peerWait) for the pod's next update; any other cgroup (the
+// pod's own, the sidecar's, another pod's) is an error.
+func (st *podState) peerContainer(enf *ebpf.Enforcer, peer netip.AddrPort) (string, error) {
+	cgid, err := enf.PeerCgroup(peer)
+	if err != nil {
+		return "", err
+	}
+	timeout := time.NewTimer(peerWait)
+	defer timeout.Stop()
+	for {
+		st.mu.Lock()
+		name, ok := st.containers[cgid]
+		if !ok { // a container's cgroup not there yet at the last update
+			st.containers = containerCgroups(st.cg.Pod, st.pod.Containers)
+			name, ok = st.containers[cgid]
+		}
+		changed, podDir := st.changed, st.cg.Pod
+		st.mu.Unlock()
+		if ok {
+			return name, nil
+		}
+		if !inCgroupDir(podDir, cgid) {
+			return "", fmt.Errorf("cgroup %d of the connection from %v is no container's of the pod", cgid, peer)
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			return "", fmt.Errorf("cgroup %d of the connection from %v is in the pod, but no running container the API server reported (waited %s)", cgid, peer, peerWait)
+		}
+	}
 }
 
 // bind binds the pod's socket in the network namespace of its sidecar's processes, unless it
@@ -143,6 +201,7 @@ func (st *podState) attach(h *Hello) (*Welcome, error) {
 		return nil, err
 	}
 	cfg.Sandbox, cfg.Cgroup, cfg.ExemptCgroup, cfg.PinRoot = st.pod.Sandbox(), st.cg.Pod, st.cg.Sidecar, st.a.cfg.PinRoot
+	cfg.Identities = h.Identities
 	cfg.Logger = st.a.log
 	cfg.OnDeny = st.deny
 	if st.enf != nil {

@@ -43,6 +43,13 @@ const (
 	OpReport   = "report"   // report mode on or off
 	OpCounters = "counters" // read the pod's kernel counters
 	OpOrigDst  = "origdst"  // where the redirected connection from the peer Addr was going
+	// OpPeer asks which container of the pod connected the TCP connection from the peer
+	// Addr (to one of the sidecar's listeners or through the transparent redirect): the
+	// reply's Container. Identities in pods (spec.identities; docs/kubernetes.md).
+	OpPeer = "peer"
+	// OpIdentities switches Hello.Identities on or off (a policy reload that adds or removes
+	// spec.identities).
+	OpIdentities = "identities"
 )
 
 // ErrVersion is the error text an agent answers a hello of another version with.
@@ -58,6 +65,8 @@ type Request struct {
 	Until  time.Time `json:"until,omitempty"`
 	CIDRs  []CIDR    `json:"cidrs,omitempty"`
 	Report bool      `json:"report,omitempty"`
+	// Identities is OpIdentities' switch.
+	Identities bool `json:"identities,omitempty"`
 }
 
 // Hello is what enforcement needs from the sidecar. The agent decides everything else (which
@@ -71,6 +80,13 @@ type Hello struct {
 	RequirePacketGuard bool `json:"require_packet_guard"`
 	// Transparent, when set, redirects TCP connections to Ports to the listener Addr4.
 	Transparent *Transparent `json:"transparent,omitempty"`
+	// Identities says the policy has identities (spec.identities): the pod's app containers
+	// may then connect only to the listeners, through the transparent redirect and to
+	// protocol tcp ranges, never straight to what the allow map holds, since only the
+	// sidecar applies an identity's rules (ebpf.Config.Identities; the pod's cgroup has no
+	// processes of its own, so this holds for every app container, mapped or not). Omitted
+	// when false, so a sidecar without identities sends the bytes an older agent reads.
+	Identities bool `json:"identities,omitempty"`
 }
 
 // Transparent is transparent mode: TCP connections to Ports go to the listener Addr4.
@@ -103,6 +119,9 @@ type Reply struct {
 	Deny     *DenyEvent `json:"deny,omitempty"`
 	// OrigDst answers OpOrigDst: the original destination, ip:port.
 	OrigDst string `json:"orig_dst,omitempty"`
+	// Container answers OpPeer: the name of the pod's container (as the API server names it)
+	// whose process connected.
+	Container string `json:"container,omitempty"`
 }
 
 // Welcome answers a hello: enforcement is attached to the pod's cgroup.

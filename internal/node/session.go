@@ -73,6 +73,12 @@ func (s *session) serve() {
 		if err := s.pc.Read(&req); err != nil {
 			return
 		}
+		if req.Op == OpPeer {
+			// A peer lookup may wait for the pod's next update (peerWait): it must not hold
+			// up the requests behind it. Replies may come in any order.
+			go func() { s.send(s.handle(req)) }()
+			continue
+		}
 		s.send(s.handle(req))
 	}
 }
@@ -103,6 +109,13 @@ func (s *session) handle(req Request) Reply {
 		}
 	case OpReport:
 		err = enf.SetReport(req.Report)
+	case OpIdentities:
+		err = enf.SetIdentities(req.Identities)
+	case OpPeer:
+		var peer netip.AddrPort
+		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {
+			out.Container, err = s.st.peerContainer(enf, peer)
+		}
 	case OpOrigDst:
 		var peer, dst netip.AddrPort
 		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {

@@ -61,6 +61,10 @@ var wireGolden = []struct {
 	{"request-counters.json", &Request{ID: 6, Op: OpCounters}},
 	{"request-origdst.json", &Request{ID: 7, Op: OpOrigDst, Addr: "127.0.0.1:40000"}},
 	{"request-hello-minimal.json", &Request{ID: 8, Op: OpHello, Hello: &Hello{Version: 1, CIDRs: []CIDR{}}}},
+	// Identities in pods: fields and operations added to version 1, omitted when unused.
+	{"request-hello-identities.json", &Request{ID: 10, Op: OpHello, Hello: &Hello{Version: 1, CIDRs: []CIDR{}, Identities: true}}},
+	{"request-peer.json", &Request{ID: 11, Op: OpPeer, Addr: "127.0.0.1:40001"}},
+	{"request-identities.json", &Request{ID: 12, Op: OpIdentities, Identities: true}},
 
 	{"reply-welcome.json", &Reply{ID: 1, Welcome: &Welcome{Version: 1, Sandbox: "ns.pod", PacketGuard: true}}},
 	{"reply-ok.json", &Reply{ID: 2}},
@@ -70,6 +74,7 @@ var wireGolden = []struct {
 	{"reply-welcome-adopted.json", &Reply{ID: 8, Welcome: &Welcome{Version: 1, Sandbox: "ns.pod", Adopted: true,
 		PacketGuardError: "the BPF LSM is not enabled"}}},
 	{"reply-error.json", &Reply{ID: 9, Error: "protocol version mismatch: the agent speaks version 1, the sidecar 2"}},
+	{"reply-peer.json", &Reply{ID: 11, Container: "reviewer"}},
 	{"reply-deny-minimal.json", &Reply{Deny: &DenyEvent{Time: goldenDenyTime, Hook: "sock_create", Reason: "protocol_not_allowed", Proto: 0}}},
 }
 

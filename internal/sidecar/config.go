@@ -59,6 +59,11 @@ type Config struct {
 	// NodeAgentWait is how long the start waits for the node agent to confirm enforcement
 	// (--node-agent-wait); zero means DefaultNodeAgentWait.
 	NodeAgentWait time.Duration
+	// IdentityContainers maps the pod's container names to identities of the policy's
+	// spec.identities (--identity-containers; the webhook sets it from the pod's
+	// airlock.dev/identities annotation). With NodeAgent only: the node agent tells which
+	// container connected. A container not named is the sandbox's own policy. Nil: none.
+	IdentityContainers map[string]string
 	// CABundleOut, when set, is where the trust bundle for the sandbox is written at start
 	// (--ca-bundle-out).
 	CABundleOut string
@@ -263,6 +268,8 @@ func (c *Config) validateKernel() error {
 		return errors.New("--sandbox-netns is for a local sandbox (--cgroup) in a network namespace of its own, never a pod, whose containers share the sidecar's")
 	case c.NodeAgentWait < 0:
 		return errors.New("--node-agent-wait must not be negative")
+	case len(c.IdentityContainers) > 0 && !c.NodeAgent:
+		return errors.New("--identity-containers is for a pod with --node-agent (the node agent tells which container connected); a local sandbox's identities are cgroups (sandbox exec --as)")
 	}
 	if c.kernelEnabled() && c.TransparentAddr != Off {
 		ap, err := listenAddrPort(c.TransparentAddr)

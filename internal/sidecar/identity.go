@@ -13,15 +13,28 @@ import (
 )
 
 // peerEnforcer is an Enforcer that can tell which cgroup's task connected a connection the
-// sidecar accepted (the in-process eBPF one can; a node agent's cannot yet).
+// sidecar accepted: the in-process eBPF one (a local sandbox).
 type peerEnforcer interface {
 	PeerCgroup(peer netip.AddrPort) (uint64, error)
+	identitySwitch
+}
+
+// podPeers is an Enforcer that can tell which container of the pod connected a connection
+// the sidecar accepted: the node agent's.
+type podPeers interface {
+	PeerContainer(peer netip.AddrPort) (string, error)
+	identitySwitch
+}
+
+// identitySwitch is an Enforcer that switches the kernel's identity rule (an identity's
+// tasks reach out only through the sidecar) on or off as the policy has identities or not.
+type identitySwitch interface {
 	SetIdentities(on bool) error
 }
 
 // errNoIdentityKernel is why a policy's identities cannot be told apart: no kernel
 // enforcement that records connecting cgroups.
-var errNoIdentityKernel = errors.New("no kernel enforcement on the sandbox's cgroup (--cgroup) records which cgroup connected, so identities cannot be told apart")
+var errNoIdentityKernel = errors.New("no kernel enforcement on the sandbox's cgroup (--cgroup, or the node agent in a pod) records which cgroup connected, so identities cannot be told apart")
 
 // identities maps the cgroup that connected (from the kernel) to an identity of the policy:
 // the sandbox's cgroup itself is the sandbox's own policy (""), its child
@@ -77,16 +90,52 @@ func (r *identities) scan() map[uint64]string {
 	return out
 }
 
-// identitiesOf is the proxy's and the model API's Identities: the kernel lookup, which
-// refuses every connection when there is no kernel to ask (they ask only when the policy
-// has identities). warn logs that case once at start.
-func (s *Sidecar) identitiesOf(warn bool) *identities {
+// podIdentities maps the container that connected (the node agent tells, from the kernel's
+// record and the pod's containers) to an identity: a container --identity-containers names
+// is its identity, any other container of the pod the sandbox's own policy (""), and a
+// connection the agent cannot tell is an error (identity_unknown).
+type podIdentities struct {
+	peers      podPeers          // nil: identities cannot be told apart
+	containers map[string]string // container name to identity
+}
+
+var _ proxy.Identities = (*podIdentities)(nil)
+
+// Identity implements proxy.Identities.
+func (r *podIdentities) Identity(client netip.AddrPort) (string, error) {
+	if r.peers == nil {
+		return "", errNoIdentityKernel
+	}
+	c, err := r.peers.PeerContainer(client)
+	if err != nil {
+		return "", err
+	}
+	return r.containers[c], nil
+}
+
+// identitiesOf is the proxy's and the model API's Identities: the kernel lookup (a local
+// sandbox's cgroups, or a pod's containers through the node agent), which refuses every
+// connection when there is no kernel to ask (they ask only when the policy has
+// identities). warn logs that case once at start.
+func (s *Sidecar) identitiesOf(warn bool) proxy.Identities {
+	if s.cfg.NodeAgent {
+		r := &podIdentities{containers: s.cfg.IdentityContainers}
+		if pp, ok := s.kernel.enf.(podPeers); ok {
+			r.peers = pp
+		}
+		s.warnNoIdentityKernel(warn && r.peers == nil)
+		return r
+	}
 	r := &identities{cgroup: s.cfg.Cgroup, policy: s.store.Current, cgID: ebpf.CgroupID}
 	if pe, ok := s.kernel.enf.(peerEnforcer); ok && s.cfg.Cgroup != "" {
 		r.peers = pe
 	}
-	if warn && r.peers == nil && len(s.store.Current().IdentityNames()) > 0 {
+	s.warnNoIdentityKernel(warn && r.peers == nil)
+	return r
+}
+
+func (s *Sidecar) warnNoIdentityKernel(noKernel bool) {
+	if noKernel && len(s.store.Current().IdentityNames()) > 0 {
 		s.log.Warn("the policy has identities but " + errNoIdentityKernel.Error() + ": every request is refused (identity_unknown)")
 	}
-	return r
 }

@@ -1,11 +1,16 @@
 package sidecar
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -75,5 +80,161 @@ spec:
 	r.peers = nil
 	if _, err := r.Identity(client); !errors.Is(err, errNoIdentityKernel) {
 		t.Errorf("without the kernel: %v, want errNoIdentityKernel", err)
+	}
+}
+
+// fakePodPeers answers PeerContainer with the container it was set to, or its error.
+type fakePodPeers struct {
+	container string
+	err       error
+}
+
+func (f *fakePodPeers) PeerContainer(netip.AddrPort) (string, error) { return f.container, f.err }
+func (f *fakePodPeers) SetIdentities(bool) error                     { return nil }
+
+// TestPodIdentitiesByContainer: in a pod, the container the node agent names is mapped by
+// --identity-containers; a container not mapped is the sandbox's own policy, and a
+// connection the agent cannot tell is refused.
+func TestPodIdentitiesByContainer(t *testing.T) {
+	peers := &fakePodPeers{}
+	r := &podIdentities{peers: peers, containers: map[string]string{"reviewer": "reviewer", "author": "author", "helper": "author"}}
+	client := netip.MustParseAddrPort("127.0.0.1:40000")
+	for _, tc := range []struct{ container, want string }{
+		{"reviewer", "reviewer"}, {"author", "author"}, {"helper", "author"}, {"tools", ""},
+	} {
+		peers.container = tc.container
+		if got, err := r.Identity(client); err != nil || got != tc.want {
+			t.Errorf("container %s: %q, %v; want %q", tc.container, got, err, tc.want)
+		}
+	}
+	peers.err = errors.New("cgroup 42 of the connection is no container's of the pod")
+	if got, err := r.Identity(client); err == nil || got != "" {
+		t.Errorf("an unknown cgroup: %q, %v; want an error", got, err)
+	}
+	r.peers = nil
+	if _, err := r.Identity(client); !errors.Is(err, errNoIdentityKernel) {
+		t.Errorf("without the node agent: %v, want errNoIdentityKernel", err)
+	}
+}
+
+func TestIdentityContainersNeedTheNodeAgent(t *testing.T) {
+	c := Config{IdentityContainers: map[string]string{"reviewer": "reviewer"}, PacketGuard: "auto", TransparentPorts: DefaultTransparentPorts, TransparentAddr: Off}
+	if err := c.validateKernel(); err == nil || !strings.Contains(err.Error(), "--identity-containers is for a pod with --node-agent") {
+		t.Errorf("without --node-agent: %v", err)
+	}
+	c.NodeAgent = true
+	if err := c.validateKernel(); err != nil && strings.Contains(err.Error(), "identity-containers") {
+		t.Errorf("with --node-agent: %v", err)
+	}
+}
+
+// podAgent is a node agent's enforcer for TestPodIdentitiesThroughTheSidecar: it names the
+// container it is set to for every connection (as the agent would from the kernel's record).
+type podAgent struct {
+	fakeEnforcer
+	// mu guards container and err.
+	mu        sync.Mutex
+	container string
+	err       error
+	// identities is the last SetIdentities.
+	identities atomic.Bool
+}
+
+func (a *podAgent) set(container string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.container, a.err = container, err
+}
+
+func (a *podAgent) PeerContainer(netip.AddrPort) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.container, a.err
+}
+
+func (a *podAgent) SetIdentities(on bool) error { a.identities.Store(on); return nil }
+
+const podIdentityPolicy = `apiVersion: airlock/v1
+kind: EgressPolicy
+metadata: {name: pod-identities}
+spec:
+  egress:
+    - name: git
+      hosts: [git.test]
+  identities:
+    reviewer:
+      egress:
+        - name: git-read
+          hosts: [git.test]
+          http: [{methods: [GET]}]
+    author: {}
+`
+
+// TestPodIdentitiesThroughTheSidecar: a sidecar with --node-agent and --identity-containers
+// decides each request by the identity of the container the agent names: the reviewer
+// container's POST is refused naming reviewer, a container not mapped is the pod's own
+// policy, and a connection the agent cannot tell is identity_unknown. The hello asks the
+// kernel's identity rule.
+func TestPodIdentitiesThroughTheSidecar(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	writePolicy(t, file, podIdentityPolicy+"\n")
+	agent := &podAgent{}
+	var hello KernelSpec
+	cfg := testConfig(t, file, &syncBuffer{})
+	cfg.NodeAgent, cfg.IdentityContainers = true, map[string]string{"reviewer": "reviewer", "author": "author"}
+	cfg.AttachKernel = func(spec KernelSpec) (Enforcer, error) { hello = spec; return agent, nil }
+	s := startSidecar(t, cfg)
+	if !hello.Identities {
+		t.Error("the kernel spec (the agent's hello) does not ask for the identity rule")
+	}
+	client := proxyClient(s.Addrs().Proxy)
+	denial := func(container string, err error, method string) (int, string, string) {
+		t.Helper()
+		agent.set(container, err)
+		req, _ := http.NewRequest(method, "http://git.test/repo", nil)
+		resp, rerr := client.Do(req)
+		if rerr != nil {
+			t.Fatalf("%s %s: %v", container, method, rerr)
+		}
+		defer resp.Body.Close()
+		var d struct{ Reason, Identity string }
+		_ = json.NewDecoder(resp.Body).Decode(&d)
+		return resp.StatusCode, d.Reason, d.Identity
+	}
+	if code, reason, id := denial("reviewer", nil, "POST"); code != 403 || reason != "method_not_allowed" || id != "reviewer" {
+		t.Errorf("reviewer POST: %d %s identity %q, want 403 method_not_allowed naming reviewer", code, reason, id)
+	}
+	// author and the unmapped container get past the method rule; the upstream is out of
+	// reach (no resolver answers git.test), so anything but a policy refusal will do.
+	for _, c := range []string{"author", "tools"} {
+		if code, reason, _ := denial(c, nil, "POST"); code == 403 {
+			t.Errorf("%s POST: refused (%s), want it past the policy", c, reason)
+		}
+	}
+	if code, reason, _ := denial("", errors.New("cgroup 7 of the connection is no container's of the pod"), "GET"); code != 403 || reason != "identity_unknown" {
+		t.Errorf("a connection the agent cannot tell: %d %s, want 403 identity_unknown", code, reason)
+	}
+}
+
+// TestPodIdentitiesRefuseAnUndefinedIdentity: a sidecar whose --identity-containers names an
+// identity the policy does not define refuses to start, naming the container and identity.
+func TestPodIdentitiesRefuseAnUndefinedIdentity(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writePolicy(t, file, podIdentityPolicy+"\n")
+	cfg := testConfig(t, file, &syncBuffer{})
+	cfg.NodeAgent, cfg.IdentityContainers = true, map[string]string{"reviewer": "admin"}
+	cfg.AttachKernel = func(KernelSpec) (Enforcer, error) { return &podAgent{}, nil }
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(context.Background())
+	if err == nil {
+		s.Close()
+		t.Fatal("started with an identity the policy lacks")
+	}
+	if !strings.Contains(err.Error(), `container "reviewer" is mapped to identity "admin", which policy "pod-identities" does not define`) {
+		t.Errorf("start: %v", err)
 	}
 }

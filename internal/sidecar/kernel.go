@@ -186,8 +186,8 @@ func (k *kernel) applyPolicy(gen uint64, p *policy.Policy) {
 	}
 	k.gen = gen
 	err := errors.Join(k.enf.SetCIDRs(p.CIDRRules()), k.enf.SetReport(p.Mode() == policy.ModeReport))
-	if pe, ok := k.enf.(peerEnforcer); ok {
-		err = errors.Join(err, pe.SetIdentities(len(p.IdentityNames()) > 0))
+	if is, ok := k.enf.(identitySwitch); ok {
+		err = errors.Join(err, is.SetIdentities(len(p.IdentityNames()) > 0))
 	}
 	if err != nil {
 		k.s.log.WithField("error", err.Error()).Error("kernel CIDR rules not updated after policy reload")

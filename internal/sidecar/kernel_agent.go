@@ -50,7 +50,8 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 
 // helloOf builds the hello from the sidecar's kernel spec (node.Dial sets its version).
 func helloOf(spec KernelSpec) node.Hello {
-	h := node.Hello{CIDRs: nodeCIDRs(spec.CIDRs), Report: spec.Report, RequirePacketGuard: spec.RequirePacketGuard}
+	h := node.Hello{CIDRs: nodeCIDRs(spec.CIDRs), Report: spec.Report, RequirePacketGuard: spec.RequirePacketGuard,
+		Identities: spec.Identities}
 	for _, l := range spec.Listeners {
 		h.Listeners = append(h.Listeners, node.Listener{Addr: l.Addr.String(), UDP: l.UDP, Kind: string(l.Kind)})
 	}
@@ -73,7 +74,10 @@ func nodeCIDRs(rules []policy.CIDRRule) []node.CIDR {
 // agentEnforcer is the Enforcer of the node agent: node.Client, in the sidecar's types.
 type agentEnforcer struct{ c *node.Client }
 
-var _ Enforcer = agentEnforcer{}
+var (
+	_ Enforcer = agentEnforcer{}
+	_ podPeers = agentEnforcer{}
+)
 
 // Allow implements Enforcer.
 func (a agentEnforcer) Allow(addr netip.Addr, ports []uint16, until time.Time) error {
@@ -96,6 +100,15 @@ func (a agentEnforcer) OriginalDst(c net.Conn) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("original destination of %v: not a TCP connection", c.RemoteAddr())
 	}
 	return a.c.OriginalDst(ta.AddrPort())
+}
+
+// SetIdentities implements identitySwitch.
+func (a agentEnforcer) SetIdentities(on bool) error { return a.c.SetIdentities(on) }
+
+// PeerContainer implements podPeers: the agent answers from the kernel's record of the
+// connecting cgroup and the pod's containers.
+func (a agentEnforcer) PeerContainer(peer netip.AddrPort) (string, error) {
+	return a.c.PeerContainer(peer)
 }
 
 // Counters implements Enforcer. The node agent's protocol (version 1, strictly decoded

@@ -173,6 +173,9 @@ func (r *reloader) report(p *policy.Policy, err error) {
 		ev.Decision, ev.Error, ev.Policy = audit.DecisionDeny, err.Error(), s.store.Current().Name()
 	} else {
 		s.log.WithFields(logrus.Fields{"policy": p.Name(), "mode": p.Mode(), "generation": r.gen}).Info("policy reloaded")
+		if ierr := p.CheckIdentityMap(s.cfg.IdentityContainers); ierr != nil {
+			s.log.WithField("error", ierr.Error()).Error("the reloaded policy lacks an identity of --identity-containers: that container's requests are refused (identity_unknown) until the policy defines it")
+		}
 		ev.Decision, ev.Policy = audit.DecisionAllow, p.Name()
 		if name, aerr := s.archivePolicy(); aerr != nil {
 			s.log.WithError(aerr).Warn("policy not archived for evidence packs")

@@ -213,6 +213,9 @@ func (s *Sidecar) shared() error {
 	if err != nil {
 		return err
 	}
+	if err := pol.CheckIdentityMap(s.cfg.IdentityContainers); err != nil {
+		return fmt.Errorf("--identity-containers (the pod's airlock.dev/identities annotation): %w", err)
+	}
 	s.store = policy.NewStore(s.cfg.PolicyFile, pol)
 	// Audit lines are scrubbed as they are built (openAudit's Redact), so their stderr copy
 	// skips the second scan the log's writer would give them.

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // ErrDenied is wrapped by every error Mutate returns: the pod must not be admitted, and the
@@ -97,6 +100,8 @@ func Mutate(pod *corev1.Pod, namespace string, o *Options) (Result, error) {
 type settings struct {
 	policyConfigMap, policyKey, environment string
 	audit                                   auditSettings
+	// identities is AnnotationIdentities, read: container name to identity.
+	identities map[string]string
 }
 
 func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error) {
@@ -138,6 +143,9 @@ func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error
 		return s, deniedf("sandbox name %s.%s is %d characters, more than the %d the sidecar's kernel enforcement accepts: shorten the pod name", namespace, name, n, maxSandboxName)
 	}
 	var err error
+	if s.identities, err = identitiesFor(pod); err != nil {
+		return s, err
+	}
 	if s.audit, err = auditSettingsFor(pod); err != nil {
 		return s, err
 	}
@@ -145,6 +153,37 @@ func settingsFor(pod *corev1.Pod, namespace string, o *Options) (settings, error
 		return s, deniedf("annotation %s needs the webhook's Vault settings (--vault-addr): the sidecar signs through its Vault login", AnnotationAuditSigningTransit)
 	}
 	return s, nil
+}
+
+// identitiesFor reads AnnotationIdentities: its syntax, and that every container it names
+// is one of the pod's app containers. (Whether the policy defines each identity the
+// sidecar checks at its start: the webhook reads nothing from the API, and the policy's
+// ConfigMap may change after admission.)
+func identitiesFor(pod *corev1.Pod) (map[string]string, error) {
+	raw, ok := pod.Annotations[AnnotationIdentities]
+	if !ok {
+		return nil, nil
+	}
+	m, err := policy.ParseIdentityMap(raw)
+	if err != nil {
+		return nil, deniedf("annotation %s: %v", AnnotationIdentities, err)
+	}
+	if len(m) == 0 {
+		return nil, deniedf("annotation %s is empty: map containers to identities, e.g. %q, or leave it out", AnnotationIdentities, "reviewer=reviewer,author=author")
+	}
+	var names []string
+	for _, c := range appContainers(pod) {
+		names = append(names, c.Name)
+	}
+	for c := range m {
+		switch {
+		case c == SidecarName:
+			return nil, deniedf("annotation %s maps container %q, the airlock sidecar, which has no identity: map the pod's own containers", AnnotationIdentities, c)
+		case !slices.Contains(names, c):
+			return nil, deniedf("annotation %s maps container %q, which the pod does not have (its containers: %s)", AnnotationIdentities, c, strings.Join(names, ", "))
+		}
+	}
+	return m, nil
 }
 
 // dangerousCaps are capabilities that would let an app container detach or bypass the

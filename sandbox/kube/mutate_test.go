@@ -281,6 +281,14 @@ func TestRefused(t *testing.T) {
 		{"app named like the sidecar", "reserved for the airlock sidecar", func(p *corev1.Pod) { p.Spec.Containers[0].Name = SidecarName }},
 		{"name too long", "shorten the pod name", func(p *corev1.Pod) { p.Name = strings.Repeat("a", 60) }},
 		{"generateName too long", "shorten the pod name", func(p *corev1.Pod) { p.Name, p.GenerateName = "", strings.Repeat("b", 55)+"-" }},
+		{"identities: not a pair", "want CONTAINER=IDENTITY", func(p *corev1.Pod) { p.Annotations[AnnotationIdentities] = "agent" }},
+		{"identities: bad identity name", `identity name "Author!"`, func(p *corev1.Pod) { p.Annotations[AnnotationIdentities] = "agent=Author!" }},
+		{"identities: container twice", `container "agent" is mapped twice`, func(p *corev1.Pod) { p.Annotations[AnnotationIdentities] = "agent=a,agent=b" }},
+		{"identities: unknown container", `maps container "ghost", which the pod does not have (its containers: agent)`, func(p *corev1.Pod) {
+			p.Annotations[AnnotationIdentities] = "ghost=reviewer"
+		}},
+		{"identities: the sidecar", `maps container "airlock", the airlock sidecar`, func(p *corev1.Pod) { p.Annotations[AnnotationIdentities] = "airlock=reviewer" }},
+		{"identities: empty", "is empty", func(p *corev1.Pod) { p.Annotations[AnnotationIdentities] = " " }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := basePod()
@@ -452,5 +460,30 @@ func TestSysctlOps(t *testing.T) {
 				t.Errorf("after the patch %s=%q, want at most 53", want.Name, v)
 			}
 		})
+	}
+}
+
+// TestIdentitiesAnnotation: the annotation becomes the sidecar's --identity-containers, in
+// canonical form; init containers may be mapped too.
+func TestIdentitiesAnnotation(t *testing.T) {
+	h := newTestHandler(t, testOptions())
+	pod := basePod()
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "reviewer", Image: "python:3.13"})
+	pod.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "busybox"}}
+	pod.Annotations[AnnotationIdentities] = " reviewer = reviewer , agent=author,setup=author"
+	resp := admit(t, h, pod, "team-a")
+	if !resp.Allowed {
+		t.Fatalf("refused: %+v", resp.Result)
+	}
+	got := applyPatch(t, pod, resp)
+	args := got.Spec.InitContainers[0].Args
+	i := slices.Index(args, "--identity-containers")
+	if i < 0 || i+1 >= len(args) || args[i+1] != "agent=author,reviewer=reviewer,setup=author" {
+		t.Errorf("sidecar args %q, want --identity-containers agent=author,reviewer=reviewer,setup=author", args)
+	}
+	// Without the annotation the sidecar gets no such flag.
+	plain := admit(t, h, basePod(), "team-a")
+	if args := applyPatch(t, basePod(), plain).Spec.InitContainers[0].Args; slices.Contains(args, "--identity-containers") {
+		t.Errorf("sidecar args %q of a pod without identities name --identity-containers", args)
 	}
 }

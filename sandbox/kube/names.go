@@ -16,6 +16,12 @@ const (
 	// AnnotationEnvironment chooses the sidecar's --environment; it may be stricter than the
 	// webhook's, never laxer.
 	AnnotationEnvironment = "airlock.dev/environment"
+	// AnnotationIdentities maps the pod's containers to identities of its policy's
+	// spec.identities: "CONTAINER=IDENTITY,..." (policy.ParseIdentityMap). The webhook checks
+	// it at admission and gives it to the sidecar (--identity-containers), whose arguments
+	// no later change of the annotation reaches; the sidecar checks the identities against
+	// the policy. A container not named is the sandbox's own policy.
+	AnnotationIdentities = "airlock.dev/identities"
 	// AnnotationInjected is written "true" on an injected pod (informational: whether a pod
 	// is injected is decided by its sidecar container, so the annotation cannot be forged
 	// into an opt-out).

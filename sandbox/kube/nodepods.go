@@ -19,6 +19,10 @@ type NodePod struct {
 	// SidecarID is the runtime's ID of the running sidecar container (without the
 	// "containerd://" prefix); empty while the sidecar is not running.
 	SidecarID string
+	// Containers are the runtime's IDs (without the prefix) of the pod's other running
+	// containers, app and init, by name: the agent tells the sidecar which of them connected
+	// (identities in pods). A restarted container has a new ID. Nil when none runs.
+	Containers map[string]string
 }
 
 // NodePodHandler receives the labelled pods of one node from WatchNodePods.
@@ -122,15 +126,22 @@ func finished(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
-// nodePodOf extracts what the node agent needs from p.
+// nodePodOf extracts what the node agent needs from p: the running containers' IDs.
 func nodePodOf(p *corev1.Pod) NodePod {
 	out := NodePod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
-	for _, s := range p.Status.InitContainerStatuses {
-		if s.Name == SidecarName && s.State.Running != nil {
-			if _, id, ok := strings.Cut(s.ContainerID, "://"); ok {
-				out.SidecarID = id
-			}
+	for _, s := range append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		_, id, ok := strings.Cut(s.ContainerID, "://")
+		if !ok || s.State.Running == nil {
+			continue
 		}
+		if s.Name == SidecarName {
+			out.SidecarID = id
+			continue
+		}
+		if out.Containers == nil {
+			out.Containers = map[string]string{}
+		}
+		out.Containers[s.Name] = id
 	}
 	return out
 }

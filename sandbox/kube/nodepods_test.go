@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,23 +12,30 @@ func TestNodePodOf(t *testing.T) {
 	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 	cases := []struct {
-		name     string
-		statuses []corev1.ContainerStatus
-		want     string
+		name       string
+		init, main []corev1.ContainerStatus
+		want       string
+		containers map[string]string
 	}{
-		{"sidecar running", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "containerd://abc123", State: running}}, "abc123"},
-		{"sidecar restarting", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "containerd://abc123", State: waiting}}, ""},
-		{"another init container running", []corev1.ContainerStatus{{Name: "setup", ContainerID: "containerd://def", State: running}}, ""},
-		{"no statuses yet", nil, ""},
-		{"an ID without a runtime prefix", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "abc123", State: running}}, ""},
+		{"sidecar running", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "containerd://abc123", State: running}}, nil, "abc123", nil},
+		{"sidecar restarting", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "containerd://abc123", State: waiting}}, nil, "", nil},
+		{"another init container running", []corev1.ContainerStatus{{Name: "setup", ContainerID: "containerd://def", State: running}}, nil, "", map[string]string{"setup": "def"}},
+		{"no statuses yet", nil, nil, "", nil},
+		{"an ID without a runtime prefix", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "abc123", State: running}}, nil, "", nil},
+		{"app containers: the running ones", []corev1.ContainerStatus{{Name: SidecarName, ContainerID: "containerd://abc", State: running}},
+			[]corev1.ContainerStatus{
+				{Name: "reviewer", ContainerID: "containerd://r2", State: running},
+				{Name: "author", ContainerID: "containerd://a1", State: waiting}, // restarting: its old ID is gone
+			}, "abc", map[string]string{"reviewer": "r2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u-1"},
-				Status: corev1.PodStatus{InitContainerStatuses: tc.statuses}}
+				Status: corev1.PodStatus{InitContainerStatuses: tc.init, ContainerStatuses: tc.main}}
 			got := nodePodOf(p)
-			if got != (NodePod{Namespace: "ns", Name: "p", UID: "u-1", SidecarID: tc.want}) {
-				t.Errorf("got %+v, want sidecar ID %q", got, tc.want)
+			want := NodePod{Namespace: "ns", Name: "p", UID: "u-1", SidecarID: tc.want, Containers: tc.containers}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got %+v, want %+v", got, want)
 			}
 		})
 	}

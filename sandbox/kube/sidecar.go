@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/airlock-dev/airlock/policy"
 )
 
 // sidecarArgs are the arguments of "airlock run" in the sidecar. $(VAR) references are
@@ -41,6 +43,10 @@ func (o *Options) sidecarArgs(s settings) []string {
 		// Every app container runs without CAP_NET_RAW (dropNetRaw), so packet sockets are
 		// out of its reach even where the BPF LSM cannot refuse them.
 		"--packet-guard", "best-effort",
+	}
+	if len(s.identities) > 0 {
+		// From the annotation at admission: container args are immutable, annotations not.
+		args = append(args, "--identity-containers", policy.FormatIdentityMap(s.identities))
 	}
 	args = append(args, o.Audit.args(s.audit)...)
 	return append(append(args, o.Vault.args()...), o.UpstreamProxy.args()...)

@@ -61,6 +61,7 @@ metadata:
 	t.Run("enforced", func(t *testing.T) { e.checkNodeEnforced(ctx, t) })
 	t.Run("app cannot talk to the agent", func(t *testing.T) { e.checkAgentRefusesApp(ctx, t) })
 	t.Run("other pods cannot reach the endpoints", func(t *testing.T) { e.checkEndpointsPrivate(ctx, t) })
+	t.Run("identities by annotation across a restart", func(t *testing.T) { e.checkIdentities(ctx, t) })
 	t.Run("sidecar kill -9 keeps closed", func(t *testing.T) { e.checkSidecarKill(ctx, t) })
 	t.Run("agent restart adopts", func(t *testing.T) { e.checkAgentRestart(ctx, t) })
 	t.Run("delete leaves no pins", func(t *testing.T) { e.checkNodeDelete(ctx, t) })
@@ -159,6 +160,7 @@ type fullPod struct {
 
 type fullContainer struct {
 	Name            string           `json:"name"`
+	Args            []string         `json:"args"`
 	VolumeMounts    []map[string]any `json:"volumeMounts"`
 	SecurityContext struct {
 		Privileged               *bool `json:"privileged"`

@@ -1,6 +1,6 @@
 // Command probe is the test cluster's only workload program, static and dependency-free in
 // its image (test/kubecluster builds it): "pause" is the pod sandbox's process, "sleep"
-// an app container that waits to be exec'd into, and "http", "dial" and "dns" are what a test
+// an app container that waits to be exec'd into, and "http", "post", "dial" and "dns" are what a test
 // runs in a pod (kubectl exec) to see what the pod's network lets through; "find" looks for a
 // string in the container's environment and files. Each prints one line of key=value results
 // and exits 0 when it could tell.
@@ -31,7 +31,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|dial HOST:PORT|dns NAME|find STRING|agent @SOCKET|tunnels N HOST:PORT")
+		fmt.Fprintln(os.Stderr, "usage: probe pause|sleep|http URL|post URL|dial HOST:PORT|dns NAME|find STRING|agent @SOCKET|tunnels N HOST:PORT")
 		os.Exit(2)
 	}
 	var err error
@@ -40,6 +40,8 @@ func main() {
 		wait()
 	case "http":
 		err = get(os.Args[2])
+	case "post":
+		err = post(os.Args[2])
 	case "dial":
 		dial(os.Args[2])
 	case "dns":
@@ -83,6 +85,20 @@ func get(url string) error {
 	resp, err := c.Get(url)
 	if err != nil {
 		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	fmt.Printf("status=%d body=%q\n", resp.StatusCode, strings.TrimSpace(string(body)))
+	return nil
+}
+
+// post sends an empty POST to url through the proxy the environment names, and prints the
+// answer as get does.
+func post(url string) error {
+	c := &http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Post(url, "text/plain", strings.NewReader(""))
+	if err != nil {
+		return fmt.Errorf("post %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
