@@ -75,8 +75,9 @@ demo: build
 	$(GO) run ./tools/demo --bin $(BIN) --policy deploy/examples/sandbox-policy.yaml
 
 # The credential tests run a real Vault (test/vaulttest/server, its own module: Vault's
-# BUSL code is never linked into airlock). Its binary is built once into $(CACHE)/ and rebuilt
-# only when its sources change; the first build takes minutes.
+# BUSL code is never linked into airlock), with Vault's Transit engine as an external plugin
+# (test/vaulttest/transit, another module). The binaries are built once into $(CACHE)/ and
+# rebuilt only when their sources change; the first build takes minutes.
 vaulttest:
 	$(GO) run ./test/vaulttest/buildserver
 

@@ -19,7 +19,7 @@ import (
 // PackFile is one file to put in an evidence pack: Src (or, when set, Data) is copied to
 // Name (a slash-separated path inside the pack).
 type PackFile struct {
-	Role string // "policy", "policy-history", "audit", "checkpoints", "ledger", "public-key"
+	Role string // "policy", "policy-history", "audit", "checkpoints", "closing", "head", "ledger", "public-key"
 	Src  string
 	Data []byte
 	Name string

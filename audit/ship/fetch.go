@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/airlock-dev/airlock/audit"
 )
@@ -28,6 +29,10 @@ type Chain struct {
 	Closed      *Closing
 	// FirstSeq and LastSeq are the range the segments hold.
 	FirstSeq, LastSeq uint64
+	// Head is the newest head marker (nil: none): how far the chain had gone when the
+	// sidecar last reached the store. LastShipped is the newest object's time in the store.
+	Head        *Head
+	LastShipped time.Time
 	// Missing names the objects missing from the chain (gaps between segments, a start
 	// after seq 1); Tampered names objects whose content contradicts their name or whose
 	// shipped version was overwritten; Notes lists what is not tampering but worth saying
@@ -85,6 +90,11 @@ func fetchChain(ctx context.Context, store Store, dir string, vs []Version, loca
 	}
 	var segs []seg
 	var closings []Closing
+	for _, v := range vs {
+		if !v.DeleteMarker && v.Time.After(c.LastShipped) {
+			c.LastShipped = v.Time
+		}
+	}
 	for key, kv := range groupByKey(vs) {
 		name := path.Base(key)
 		kind, first, last, _ := nameKind(name)
@@ -116,6 +126,15 @@ func fetchChain(ctx context.Context, store Store, dir string, vs []Version, loca
 				continue
 			}
 			closings = append(closings, cl)
+		case "head":
+			var h Head
+			if err := json.Unmarshal(b, &h); err != nil || h.Seq != last || h.ShippedSeq > h.Seq {
+				c.Tampered = append(c.Tampered, key+": not a head marker of seq "+fmt.Sprint(last))
+				continue
+			}
+			if c.Head == nil || h.Seq > c.Head.Seq {
+				c.Head = &h
+			}
 		}
 		if err := os.WriteFile(filepath.Join(local, name), b, 0o600); err != nil {
 			return c, fmt.Errorf("fetch: %w", err)
@@ -134,12 +153,21 @@ func fetchChain(ctx context.Context, store Store, dir string, vs []Version, loca
 	if len(segs) > 0 {
 		c.FirstSeq, c.LastSeq = segs[0].first, segs[len(segs)-1].last
 	}
+	c.close(closings)
+	return c, nil
+}
+
+// close sets the closing marker that ends the chain at its last shipped seq, if any, and
+// names a head marker past it as tampering.
+func (c *Chain) close(closings []Closing) {
 	for i := range closings {
 		if closings[i].LastSeq == c.LastSeq {
 			c.Closed = &closings[i]
 		}
 	}
-	return c, nil
+	if c.Closed != nil && c.Head != nil && c.Head.Seq > c.Closed.LastSeq {
+		c.Tampered = append(c.Tampered, fmt.Sprintf("%s%s says the chain reached seq %d, past its closing marker at seq %d", c.Dir, HeadName(c.Head.Seq), c.Head.Seq, c.Closed.LastSeq))
+	}
 }
 
 // groupByKey groups versions (already in key order, oldest first) by key.
@@ -221,7 +249,24 @@ func (c Chain) Verdict(rep audit.Report) (line string, ok bool) {
 	case rep.Unanchored != nil:
 		return "UNANCHORED: " + rep.Unanchored.String(), false
 	case c.Open():
-		return fmt.Sprintf("open, last shipped seq %d (no closing marker: the sidecar has not shipped its end yet, or never will)", c.LastSeq), false
+		return c.openVerdict(), false
 	}
 	return fmt.Sprintf("intact, closed at seq %d (%d events in %d objects)", c.LastSeq, rep.Events, len(c.Segments)), true
+}
+
+// openVerdict names what an open chain lost, as far as the store knows: from the seq after
+// the last one shipped to the newest head marker's seq (the sidecar had written that far),
+// and that the end past it is recorded nowhere in the store.
+func (c Chain) openVerdict() string {
+	line := fmt.Sprintf("open, last shipped seq %d", c.LastSeq)
+	if !c.LastShipped.IsZero() {
+		line += " at " + c.LastShipped.UTC().Format(time.RFC3339)
+	}
+	if h := c.Head; h != nil && h.Seq > c.LastSeq {
+		line += fmt.Sprintf("; not shipped: seq %d..%d (the sidecar reported at %s that the chain had reached seq %d) and whatever came after",
+			c.LastSeq+1, h.Seq, h.Time.UTC().Format(time.RFC3339), h.Seq)
+	} else {
+		line += fmt.Sprintf("; not shipped: seq %d onward", c.LastSeq+1)
+	}
+	return line + "; no closing marker: lost with the pod's volume if the pod is gone (its sidecar could not ship its end; how far the chain went is recorded nowhere in the store), still to come if it runs"
 }

@@ -12,12 +12,14 @@ import (
 //	seg-<first seq>-<last seq>.jsonl   one sealed audit file, byte for byte
 //	checkpoints-<last seq>.jsonl       the checkpoint file as it stood after that segment
 //	closed-<last seq>.json             the closing marker: the chain ended at <last seq>
+//	head-<seq>.json                    a head marker: the chain had reached <seq> (Head)
 //
 // Sequence numbers are zero-padded to 20 digits, so that names sort in chain order.
 const (
 	segPrefix    = "seg-"
 	cpPrefix     = "checkpoints-"
 	closedPrefix = "closed-"
+	headPrefix   = "head-"
 )
 
 func pad(n uint64) string { return fmt.Sprintf("%020d", n) }
@@ -33,8 +35,11 @@ func CheckpointsName(last uint64) string { return cpPrefix + pad(last) + ".jsonl
 // ClosedName is the object name of the closing marker of a chain that ended at seq last.
 func ClosedName(last uint64) string { return closedPrefix + pad(last) + ".json" }
 
+// HeadName is the object name of a head marker saying the chain had reached seq.
+func HeadName(seq uint64) string { return headPrefix + pad(seq) + ".json" }
+
 // nameKind says what an object name in a chain directory is; first and last are its range
-// (last only for checkpoints and closing markers).
+// (last only for checkpoints, closing and head markers).
 func nameKind(name string) (kind string, first, last uint64, ok bool) {
 	num := func(s string) (uint64, bool) {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -52,6 +57,9 @@ func nameKind(name string) (kind string, first, last uint64, ok bool) {
 	case strings.HasPrefix(name, closedPrefix) && strings.HasSuffix(name, ".json"):
 		l, ok := num(strings.TrimSuffix(strings.TrimPrefix(name, closedPrefix), ".json"))
 		return "closed", 0, l, ok
+	case strings.HasPrefix(name, headPrefix) && strings.HasSuffix(name, ".json"):
+		l, ok := num(strings.TrimSuffix(strings.TrimPrefix(name, headPrefix), ".json"))
+		return "head", 0, l, ok
 	}
 	return "", 0, 0, false
 }

@@ -179,6 +179,9 @@ func TestOpenChainIsReportedWithItsLastShippedSeq(t *testing.T) {
 	if ok || !strings.HasPrefix(line, fmt.Sprintf("open, last shipped seq %d", c.LastSeq)) || c.LastSeq == 0 {
 		t.Fatalf("verdict %q ok=%v, want open with the last shipped seq", line, ok)
 	}
+	if !strings.Contains(line, fmt.Sprintf("not shipped: seq %d onward", c.LastSeq+1)) {
+		t.Errorf("verdict %q does not name the seq from which nothing was shipped", line)
+	}
 }
 
 func TestEditingDeletingOrReorderingShippedObjectsIsDetected(t *testing.T) {
@@ -447,5 +450,113 @@ func TestDirStoreShipsAndVerifies(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(store.Root, c.Dir, ship.ClosedName(c.LastSeq))); err != nil {
 		t.Errorf("closing marker: %v", err)
+	}
+}
+
+// TestPodGoneWhileS3DownNamesTheUnshippedRange: the sidecar ships a head marker while the
+// open file holds lines not shipped; S3 then goes down, more events are written, and the
+// pod ends without reaching S3. Verify names the range from the seq after the last one
+// shipped to the marker's seq as not shipped, and says that the end past it is recorded
+// nowhere in the store (it is not: the events after the outage are gone with the volume).
+func TestPodGoneWhileS3DownNamesTheUnshippedRange(t *testing.T) {
+	srv := s3test.Start(t)
+	store := bucket(t, srv, "gone", false)
+	tr := newTrail(t, store, func(c *ship.Config) { c.HeadEvery = time.Nanosecond })
+	ctx := context.Background()
+	tr.events(40)
+	if err := tr.sh.ShipSealed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr.events(3) // in the open file only
+	if err := tr.sh.ShipHead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	headSeq := uint64(tr.n)
+	srv.Stop()
+	tr.events(30)
+	if err := tr.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := tr.sh.Finish(short)
+	if err == nil {
+		t.Fatal("Finish with S3 down succeeded")
+	}
+	srv.Restart(t)
+
+	c, rep := fetchOne(t, store, tr.pub())
+	line, ok := c.Verdict(rep)
+	if c.Head == nil || c.Head.Seq != headSeq || c.Head.ShippedSeq != c.LastSeq {
+		t.Fatalf("head marker %+v, want seq %d with shipped seq %d", c.Head, headSeq, c.LastSeq)
+	}
+	want := fmt.Sprintf("open, last shipped seq %d at ", c.LastSeq)
+	lost := fmt.Sprintf("not shipped: seq %d..%d (", c.LastSeq+1, headSeq)
+	if ok || !strings.HasPrefix(line, want) || !strings.Contains(line, lost) || !strings.Contains(line, "whatever came after") {
+		t.Fatalf("verdict %q, want it to start %q and name %q and an unknown end", line, want, lost)
+	}
+	// The sidecar's last word (its log, not the store) names the whole range it could not ship.
+	if want := fmt.Sprintf("seq %d..%d not shipped", c.LastSeq+1, tr.n); !strings.Contains(err.Error(), want) {
+		t.Errorf("Finish: %v, want it to name %q", err, want)
+	}
+	if c.LastSeq >= headSeq {
+		t.Fatalf("last shipped seq %d, want below the head %d (the open file was not shipped)", c.LastSeq, headSeq)
+	}
+}
+
+// TestHeadMarkerRules: no marker while everything written is shipped, none twice for the
+// same head, none more often than HeadEvery; a forged marker past a closing marker, or one
+// whose content contradicts its name, is tampering.
+func TestHeadMarkerRules(t *testing.T) {
+	store := ship.DirStore{Root: t.TempDir()}
+	ctx := context.Background()
+	heads := func() []string {
+		t.Helper()
+		vs, err := store.Versions(ctx, "evidence/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range vs {
+			if strings.Contains(v.Key, "/head-") {
+				out = append(out, v.Key)
+			}
+		}
+		return out
+	}
+	tr := newTrail(t, store, func(c *ship.Config) { c.HeadEvery = time.Hour })
+	tr.events(2)
+	for range 2 {
+		if err := tr.sh.ShipHead(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.events(2)
+	if err := tr.sh.ShipHead(ctx); err != nil { // within HeadEvery: none
+		t.Fatal(err)
+	}
+	if got := heads(); len(got) != 1 || !strings.HasSuffix(got[0], ship.HeadName(2)) {
+		t.Fatalf("head markers %v, want one, of seq 2", got)
+	}
+	tr.stop()
+	c, rep := fetchOne(t, store, tr.pub())
+	if line, ok := c.Verdict(rep); !ok {
+		t.Fatalf("closed chain with a head marker: %q, want intact", line)
+	}
+	for name, body := range map[string]string{
+		ship.HeadName(c.LastSeq + 5): fmt.Sprintf(`{"chain":"x","seq":%d,"shipped_seq":1}`, c.LastSeq+5),
+		ship.HeadName(1):             `{"chain":"x","seq":7,"shipped_seq":1}`,
+	} {
+		key := c.Dir + name
+		if err := store.Put(ctx, key, []byte(body), ship.Retention{}); err != nil {
+			t.Fatal(err)
+		}
+		c2, rep := fetchOne(t, store, tr.pub())
+		if line, _ := c2.Verdict(rep); !strings.HasPrefix(line, "TAMPERED") {
+			t.Errorf("verdict with a forged %s: %q, want TAMPERED", name, line)
+		}
+		if err := os.Remove(filepath.Join(store.Root, key)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package ship
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -24,6 +25,7 @@ const (
 	DefaultPoll       = 2 * time.Second
 	DefaultMinBackoff = time.Second
 	DefaultMaxBackoff = time.Minute
+	DefaultHeadEvery  = time.Minute
 )
 
 // Config configures a Shipper. Log and Store are required.
@@ -57,6 +59,9 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait after a failed upload (doubling); zero
 	// means DefaultMinBackoff and DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// HeadEvery is how often at most a head marker (Head) is shipped while the open file
+	// holds lines not shipped yet; zero means DefaultHeadEvery, negative ships none.
+	HeadEvery time.Duration
 	// Logger receives operational logs; nil discards them.
 	Logger *logrus.Logger
 }
@@ -101,6 +106,10 @@ type Shipper struct {
 	// and a lagging backlog is measured every Poll. Only the goroutine shipping uses it.
 	segs map[string]audit.Segment
 
+	// headSeq and headAt are the last head marker shipped (only Run's goroutine uses them).
+	headSeq uint64
+	headAt  time.Time
+
 	// mu guards st and status.
 	mu     sync.Mutex
 	st     state
@@ -134,6 +143,9 @@ func New(cfg Config) (*Shipper, error) {
 	def(&cfg.Poll, DefaultPoll)
 	def(&cfg.MinBackoff, DefaultMinBackoff)
 	def(&cfg.MaxBackoff, DefaultMaxBackoff)
+	if cfg.HeadEvery == 0 {
+		cfg.HeadEvery = DefaultHeadEvery
+	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = logrus.New()
@@ -219,7 +231,11 @@ func (s *Shipper) Run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if err := s.ShipSealed(ctx); err != nil {
+		err := s.ShipSealed(ctx)
+		if err == nil {
+			err = s.ShipHead(ctx)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -391,6 +407,89 @@ func (s *Shipper) drop(unshipped []string, n int64) (int64, int) {
 	return n, dropped
 }
 
+// Head is a head marker's content: when it was shipped, at Time, the chain had reached seq
+// Seq (whose line hashes to Hash, hex) and the store held it up to ShippedSeq. Sealed files
+// ship only when sealed; head markers say how far the open file had gone between two seals,
+// so that a chain that never closes (its pod deleted while the store was unreachable, or
+// its node lost) is known to have lost at least ShippedSeq+1..Seq of the newest marker.
+type Head struct {
+	Chain      string    `json:"chain"`
+	Seq        uint64    `json:"seq"`
+	Hash       string    `json:"hash"`
+	ShippedSeq uint64    `json:"shipped_seq"`
+	Time       time.Time `json:"time"`
+}
+
+// headRead bounds what ShipHead reads of the open file's end to find its last line.
+const headRead = 64 << 10
+
+// ShipHead ships a head marker when the open file holds chained lines past the last one
+// shipped (and past the last marker), at most every HeadEvery. Run calls it after every
+// successful round; it never blocks the writer (it reads the file's end).
+func (s *Shipper) ShipHead(ctx context.Context) error {
+	if s.cfg.HeadEvery < 0 || (!s.headAt.IsZero() && time.Since(s.headAt) < s.cfg.HeadEvery) {
+		return nil
+	}
+	seg, ok := openHead(s.cfg.Log)
+	if !ok || seg.Last <= max(s.st.LastSeq, s.headSeq) {
+		return nil
+	}
+	h := Head{Chain: s.st.Chain, Seq: seg.Last, Hash: hex.EncodeToString(seg.LastHash[:]), ShippedSeq: s.st.LastSeq, Time: time.Now().UTC()}
+	b, _ := json.Marshal(h)
+	if err := s.putVerified(ctx, s.Dir()+HeadName(h.Seq), append(b, '\n')); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.headSeq, s.headAt = h.Seq, time.Now()
+	s.log.WithFields(logrus.Fields{"seq": h.Seq, "shipped_seq": h.ShippedSeq, "to": s.cfg.Store.String() + "/" + s.Dir()}).Info("audit head shipped")
+	return nil
+}
+
+// openHead reads the last complete chained line of the open log file from its end (at most
+// headRead bytes); ok is false when there is none there.
+func openHead(path string) (audit.Segment, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return audit.Segment{}, false
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return audit.Segment{}, false
+	}
+	off := max(0, info.Size()-headRead)
+	buf := make([]byte, info.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	buf = buf[:n]
+	if off > 0 { // the first line read may be partial
+		_, buf, _ = bytes.Cut(buf, []byte{'\n'})
+	}
+	if i := bytes.LastIndexByte(buf, '\n'); i >= 0 { // a line being written is not a head yet
+		buf = buf[:i+1]
+	} else {
+		return audit.Segment{}, false
+	}
+	return audit.SegmentOf(buf)
+}
+
+// unshipped names the chain range on the volume not shipped yet ("seq A..B"), for the
+// shutdown error: the sidecar's last word on what the store will miss.
+func (s *Shipper) unshipped() string {
+	last := s.st.LastSeq
+	for _, f := range audit.RotatedFiles(s.cfg.Log) {
+		if seg, ok, err := s.segment(f); err == nil && ok {
+			last = max(last, seg.Last)
+		}
+	}
+	if seg, ok := openHead(s.cfg.Log); ok {
+		last = max(last, seg.Last)
+	}
+	if last <= s.st.LastSeq {
+		return "the closing marker"
+	}
+	return fmt.Sprintf("seq %d..%d", s.st.LastSeq+1, last)
+}
+
 // Closing is the closing marker's content: the chain ended at LastSeq, whose line hashes
 // to LastHash, and this is the last object shipped for it.
 type Closing struct {
@@ -413,7 +512,7 @@ func (s *Shipper) Finish(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("audit shipping at shutdown: %w", err)
+			return fmt.Errorf("audit shipping at shutdown: %s not shipped, lost with the volume unless it survives the pod: %w", s.unshipped(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, s.cfg.MaxBackoff)

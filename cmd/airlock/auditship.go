@@ -162,6 +162,9 @@ func exportShipped(arg string, sf *storeFlags, keys []ed25519.PublicKey, out str
 	if c.Closed != nil {
 		p := filepath.Join(filepath.Dir(c.Segments[0]), ship.ClosedName(c.Closed.LastSeq))
 		files = append(files, audit.PackFile{Role: "closing", Src: p, Name: "audit/" + filepath.Base(p)})
+	} else if c.Head != nil && len(c.Segments) > 0 {
+		p := filepath.Join(filepath.Dir(c.Segments[0]), ship.HeadName(c.Head.Seq))
+		files = append(files, audit.PackFile{Role: "head", Src: p, Name: "audit/" + filepath.Base(p)})
 	}
 	var pems []byte
 	for _, k := range keys {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -167,5 +168,54 @@ func TestAuditShippedWithS3KeysFromVault(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), srv.SecretKey) {
 		t.Error("the S3 secret key from Vault reached the sidecar's log")
+	}
+}
+
+// A sidecar that cannot reach S3 at shutdown gives up after --audit-ship-finish-timeout and
+// logs the range it could not ship: the store will never hold the end of this chain, and
+// the log is the only place that names it.
+func TestAuditShipFailureAtShutdownNamesTheRange(t *testing.T) {
+	srv := s3test.Start(t)
+	creds := func(context.Context) (string, string, string, error) { return srv.AccessKey, srv.SecretKey, "", nil }
+	store, err := ship.NewS3Store(ship.S3Config{Bucket: "evidence", Endpoint: srv.Endpoint, Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Client().CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("evidence")}); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	writePolicy(t, file, fmt.Sprintf(inprocPolicy, 9))
+	credFile := filepath.Join(t.TempDir(), "s3-credentials")
+	if err := os.WriteFile(credFile, []byte(srv.AccessKey+":"+srv.SecretKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cfg := testConfig(t, file, &stderr)
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	cfg.Ship = ShipConfig{S3Bucket: "evidence", S3Endpoint: srv.Endpoint, S3CredentialsFile: credFile,
+		KeyPrefix: "ns1/pod-b/uid-2", FinishTimeout: 300 * time.Millisecond}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client := proxyClient(s.Addrs().Proxy)
+	srv.Stop()
+	for range 4 {
+		if status, _, _ := get(t, client, "http://denied.test/"); status != http.StatusForbidden {
+			t.Fatalf("denied request: %d", status)
+		}
+	}
+	client.CloseIdleConnections()
+	err = s.Close()
+	if err == nil || !strings.Contains(err.Error(), "not shipped") {
+		t.Fatalf("Close with S3 down: %v, want the unshipped range named", err)
+	}
+	logs := stderr.String()
+	if !strings.Contains(logs, "audit shipping at shutdown failed") || !strings.Contains(logs, "seq 1..") {
+		t.Errorf("the sidecar's log does not name the range it could not ship:\n%s", logs)
 	}
 }

@@ -293,6 +293,9 @@ func (s *Sidecar) Close() error {
 		}
 		// The log sealed its tail at Close: ship it and the closing marker.
 		if err := s.ship.finish(); err != nil {
+			// The sidecar's last word on what the store will miss: say it (Run's caller
+			// does not see Close's error).
+			s.log.WithField("error", err.Error()).Error("audit shipping at shutdown failed: the chain stays open in the store")
 			errs = append(errs, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,7 +49,9 @@ type evidence struct {
 // audit volume and ships it to a real S3 server with Object Lock; the trail is one chain
 // across a killed sidecar, closed when the pod is deleted, verified and exported from the
 // bucket with the key from airlock's namespace; S3 going down neither stops requests nor
-// loses events; a pod deleted while S3 is down is reported open at its last shipped seq.
+// loses events; a pod deleted while S3 is down is reported open at its last shipped seq, the
+// range after it named as not shipped; a pod annotated for Vault Transit signing has its
+// trail signed by Vault and verified with the keys read from Vault.
 func TestEvidenceOnARealCluster(t *testing.T) {
 	bins := kubecluster.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -77,7 +80,8 @@ func TestEvidenceOnARealCluster(t *testing.T) {
 	_ = t.Run("Pod Security restricted admits the injected trail", func(t *testing.T) { e.restrictedAdmits(ctx, t) }) &&
 		t.Run("one chain across a sidecar restart, closed, verified and exported from the bucket", func(t *testing.T) { e.restartAndDelete(ctx, t) }) &&
 		t.Run("S3 down: requests served, the backlog ships when it is back", func(t *testing.T) { e.s3Outage(ctx, t) }) &&
-		t.Run("pod deleted while S3 is down: open at the last shipped seq", func(t *testing.T) { e.lostTail(ctx, t) })
+		t.Run("pod deleted while S3 is down: open at the last shipped seq, the range after it named", func(t *testing.T) { e.lostTail(ctx, t) }) &&
+		t.Run("Vault Transit signs the trail by annotation, verified with Vault's keys", func(t *testing.T) { e.transitSigned(ctx, t) })
 }
 
 // startS3 runs versitygw in the cluster's namespace and makes the bucket, with Object Lock.
@@ -194,8 +198,13 @@ func (e *evidence) traffic(ctx context.Context, t *testing.T, pod string, n int)
 
 // airlock runs the CLI in the cluster's namespace with read credentials for the bucket.
 func (e *evidence) airlock(ctx context.Context, args ...string) (string, int) {
+	return e.airlockEnv(ctx, nil, args...)
+}
+
+// airlockEnv is airlock with more environment.
+func (e *evidence) airlockEnv(ctx context.Context, env []string, args ...string) (string, int) {
 	cmd := e.c.Command(ctx, e.bin, args...)
-	cmd.Env = append(cmd.Env, "AWS_ACCESS_KEY_ID="+e.s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.s3.SecretKey)
+	cmd.Env = append(append(cmd.Env, "AWS_ACCESS_KEY_ID="+e.s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.s3.SecretKey), env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -366,10 +375,100 @@ func (e *evidence) lostTail(ctx context.Context, t *testing.T) {
 	e.deletePod(ctx, t, "k14-lost")
 	e.s3.Restart(t)
 	out, code := e.verify(ctx, "k14-lost", uid)
-	if code != exitOpenCode || !strings.Contains(out, "open, last shipped seq") {
+	m := lastShipped.FindStringSubmatch(out)
+	if code != exitOpenCode || m == nil {
 		t.Fatalf("verify of a pod deleted while S3 was down: exit %d\n%s\nwant open, last shipped seq N", code, out)
 	}
+	// The missing range starts at N+1; its end was never shipped, and verify says so rather
+	// than guess (a head marker, shipped at most once a minute, may name a seq it reached).
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	if !strings.Contains(out, fmt.Sprintf("not shipped: seq %d", n+1)) || !strings.Contains(out, "recorded nowhere in the store") {
+		t.Fatalf("verify of a pod deleted while S3 was down:\n%s\nwant the range from seq %d named, and its end unknown", out, n+1)
+	}
+	t.Logf("verify: %s", strings.TrimSpace(out))
 }
+
+// lastShipped finds the last shipped seq in verify's line for an open chain.
+var lastShipped = regexp.MustCompile(`open, last shipped seq (\d+)`)
 
 // exitOpenCode is airlock audit verify's exit status for an open shipped chain.
 const exitOpenCode = 4
+
+// transitSigned: a pod annotated airlock.dev/audit-signing-vault-transit gets a sidecar that
+// signs its checkpoints with the Transit key through its own Kubernetes-auth Vault login; no
+// signing key is in the pod. Its shipped trail verifies with the public keys read from Vault
+// (a token that may read the key, with Vault's default policy), and not with the namespace's
+// Secret key.
+func (e *evidence) transitSigned(ctx context.Context, t *testing.T) {
+	v := e.vault.srv
+	e.vaultKubeAuth(ctx, t, k14NS, "k14-agent", "k14-audit")
+	v.Must(t, "POST", "transit/keys/k14-audit", map[string]any{"type": "ed25519"})
+	v.Policy(t, "k14-audit", `path "transit/sign/k14-audit" { capabilities = ["update"] }
+path "transit/keys/k14-audit" { capabilities = ["read"] }`)
+	v.Policy(t, "k14-verify", `path "transit/keys/k14-audit" { capabilities = ["read"] }`)
+	tok := v.Must(t, "POST", "auth/token/create", map[string]any{"policies": []string{"k14-verify"}, "ttl": "1h"})
+	verifyToken, _ := tok["auth"].(map[string]any)["client_token"].(string)
+
+	pod := probePod(k14NS, "k14-transit", true)
+	pod = strings.Replace(pod, "annotations: {airlock.dev/policy: agent-policy}", "annotations: {airlock.dev/policy: agent-policy, airlock.dev/audit-signing-vault-transit: transit/k14-audit}", 1)
+	pod = strings.Replace(pod, "terminationGracePeriodSeconds: 5", "terminationGracePeriodSeconds: 30\n  serviceAccountName: k14-agent", 1)
+	e.apply(ctx, t, pod)
+	if err := e.c.WaitPod(ctx, k14NS, "k14-transit"); err != nil {
+		logs, _ := e.c.Kubectl(ctx, "-n", k14NS, "logs", "k14-transit", "-c", "airlock", "--tail=40")
+		t.Fatalf("%v\nsidecar log:\n%s", err, logs)
+	}
+	args := e.kubectl(ctx, t, "-n", k14NS, "get", "pod", "k14-transit", "-o", "jsonpath={.spec.initContainers[0].args}")
+	if !strings.Contains(args, `"--audit-sign","vault-transit:transit/k14-audit"`) || strings.Contains(args, "--audit-key") {
+		t.Fatalf("sidecar args %s: want --audit-sign vault-transit:transit/k14-audit and no --audit-key", args)
+	}
+	uid := e.getPod(ctx, t, k14NS, "k14-transit").Metadata.UID
+	e.traffic(ctx, t, "k14-transit", 3)
+	e.sidecarLog(ctx, t, "k14-transit", "audit segment shipped")
+	e.deletePod(ctx, t, "k14-transit")
+
+	prefix := fmt.Sprintf("s3://%s/%s/%s/k14-transit/%s/", k14Bucket, k14Prefix, k14NS, uid)
+	vaultEnv := []string{"VAULT_ADDR=" + v.Address, "VAULT_TOKEN=" + verifyToken, "VAULT_CACERT=" + v.CACertFile}
+	out, code := e.airlockEnv(ctx, vaultEnv, "audit", "verify", prefix, "--s3-endpoint", s3Endpoint, "--vault-transit-key", "transit/k14-audit")
+	if code != 0 || !strings.Contains(out, "intact, closed at seq") {
+		t.Fatalf("verify with the keys read from Vault: exit %d\n%s\nwant intact and closed", code, out)
+	}
+	t.Logf("verify --vault-transit-key: %s", strings.TrimSpace(out))
+	if out, code := e.airlock(ctx, "audit", "verify", prefix, "--s3-endpoint", s3Endpoint, "--key", e.pub); code == 0 || !strings.Contains(out, "TAMPERED") {
+		t.Fatalf("verify with the namespace's Secret key: exit %d\n%s\nwant the Transit-signed checkpoints refused", code, out)
+	}
+}
+
+// vaultKubeAuth points Vault's Kubernetes auth at the cluster and binds the webhook's role
+// (vaultRole) to service account sa in ns (made here, its token not mounted), with the Vault
+// policies given.
+func (e *evidence) vaultKubeAuth(ctx context.Context, t *testing.T, ns, sa string, policies ...string) {
+	e.apply(ctx, t, `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: `+ns+`-vault-reviewer, namespace: `+ns+`}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: `+sa+`, namespace: `+ns+`}
+automountServiceAccountToken: false
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: `+ns+`-vault-reviewer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:auth-delegator}
+subjects: [{kind: ServiceAccount, name: `+ns+`-vault-reviewer, namespace: `+ns+`}]
+`)
+	reviewer := strings.TrimSpace(e.kubectl(ctx, t, "-n", ns, "create", "token", ns+"-vault-reviewer", "--duration=1h"))
+	clusterCA, err := os.ReadFile(filepath.Join(e.c.Dir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := e.vault.srv
+	v.Must(t, "POST", "auth/kubernetes/config", map[string]any{
+		"kubernetes_host": kubecluster.APIServer, "kubernetes_ca_cert": string(clusterCA),
+		"token_reviewer_jwt": reviewer, "disable_local_ca_jwt": true,
+	})
+	v.Must(t, "POST", "auth/kubernetes/role/"+vaultRole, map[string]any{
+		"bound_service_account_names": []string{sa}, "bound_service_account_namespaces": []string{ns},
+		"audience": "vault", "token_policies": policies, "token_ttl": 600,
+	})
+}

@@ -5,7 +5,9 @@
 // It mounts KV v2 at "secret/", AppRole at "auth/approle/", Kubernetes auth at
 // "auth/kubernetes/" (unconfigured: a test points it at its own TokenReview API), and a tiny
 // dynamic secrets engine ("leasetest", see lease.go) at "dyn/" that hands out
-// renewable leases. It prints one JSON line on stdout:
+// renewable leases. With -transit-plugin PATH it also registers that binary (Vault's own
+// Transit engine, built from ../transit as an external plugin: see README.md) and mounts it at
+// "transit/". It prints one JSON line on stdout:
 //
 //	{"addr":"https://127.0.0.1:PORT","ca_cert_pem":"...","ca_cert_file":"...","root_token":"..."}
 //
@@ -13,14 +15,19 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 	kubeauth "github.com/hashicorp/vault-plugin-auth-kubernetes"
 	kv "github.com/hashicorp/vault-plugin-secrets-kv"
+	"github.com/hashicorp/vault/api"
 	"github.com/hashicorp/vault/builtin/credential/approle"
 	vaulthttp "github.com/hashicorp/vault/http"
 	"github.com/hashicorp/vault/sdk/logical"
@@ -43,10 +50,23 @@ func main() {
 }
 
 func run() error {
+	transitPlugin := flag.String("transit-plugin", "", "Vault's Transit engine built as an external plugin, mounted at transit/")
+	flag.Parse()
 	logger := hclog.New(&hclog.LoggerOptions{Name: "vaulttest", Level: hclog.Error, Output: os.Stderr})
 	t := &tb{}
+	pluginDir := ""
+	if *transitPlugin != "" {
+		// Vault runs only plugins inside its plugin directory: the binary's own, symlinks
+		// resolved (.cache may be one).
+		real, err := filepath.EvalSymlinks(*transitPlugin)
+		if err != nil {
+			return fmt.Errorf("transit plugin: %w", err)
+		}
+		*transitPlugin, pluginDir = real, filepath.Dir(real)
+	}
 	cluster := vault.NewTestCluster(t, &vault.CoreConfig{
-		Logger: logger,
+		Logger:          logger,
+		PluginDirectory: pluginDir,
 		CredentialBackends: map[string]logical.Factory{
 			"approle":    approle.Factory,
 			"kubernetes": kubeauth.Factory,
@@ -84,6 +104,11 @@ func run() error {
 	if err := client.Sys().EnableAuthWithOptions("kubernetes", &authInput{Type: "kubernetes"}); err != nil {
 		return fmt.Errorf("enable kubernetes auth: %w", err)
 	}
+	if *transitPlugin != "" {
+		if err := mountTransit(client, *transitPlugin); err != nil {
+			return err
+		}
+	}
 	out := info{
 		Addr:       client.Address(),
 		CACertPEM:  string(cluster.CACertPEM),
@@ -95,5 +120,25 @@ func run() error {
 	}
 	// Run until the parent closes stdin (or dies).
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+// mountTransit registers the Transit plugin binary in Vault's plugin catalog (by its
+// SHA-256, as an operator would) and mounts it at transit/.
+func mountTransit(client *api.Client, bin string) error {
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return fmt.Errorf("transit plugin: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	name := "transit-plugin"
+	if err := client.Sys().RegisterPlugin(&api.RegisterPluginInput{
+		Name: name, Type: api.PluginTypeSecrets, Command: filepath.Base(bin), SHA256: hex.EncodeToString(sum[:]),
+	}); err != nil {
+		return fmt.Errorf("register transit plugin: %w", err)
+	}
+	if err := client.Sys().Mount("transit", &mountInput{Type: name}); err != nil {
+		return fmt.Errorf("mount transit plugin: %w", err)
+	}
 	return nil
 }
