@@ -72,7 +72,10 @@ func (s *identityState) compileIdentityTCP(rules map[string][]CIDRRule) (map[air
 // each of which is treated as raw TCP. An identity absent from rules has no raw TCP. The
 // kernel also requires the sandbox's own protocol tcp rules (Config.CIDRs) to allow a
 // connection, so rules outside them allow nothing. New entries are in force before stale
-// ones go. Errors wrap ErrInvalidConfig for bad rules.
+// ones go. Like Config.IdentityTCP, nil (as opposed to empty) switches the per-identity
+// rule off (every identity's task has the sandbox's raw TCP) and non-nil switches it on,
+// after the rules are written (a pod's node agent, told the rules after the attach).
+// Errors wrap ErrInvalidConfig for bad rules.
 func (e *Enforcer) SetIdentityTCP(rules map[string][]CIDRRule) error {
 	e.idMu.Lock()
 	defer e.idMu.Unlock()
@@ -84,6 +87,23 @@ func (e *Enforcer) SetIdentityTCP(rules map[string][]CIDRRule) error {
 		return err
 	}
 	e.ids.rules = rules
+	return e.setIdentityTCPFlag(rules != nil)
+}
+
+// setIdentityTCPFlag switches the config map's CFG_IDENTITY_TCP on or off, unless it is so.
+func (e *Enforcer) setIdentityTCPFlag(on bool) error {
+	e.cfgMu.Lock()
+	defer e.cfgMu.Unlock()
+	if (e.cfg.IdentityTCP != nil) == on {
+		return nil
+	}
+	e.cfg.IdentityTCP = nil
+	if on {
+		e.cfg.IdentityTCP = map[string][]CIDRRule{} // the flag only: the rules are e.ids.rules
+	}
+	if err := e.objs.Config.Put(uint32(0), settings(&e.cfg)); err != nil {
+		return fmt.Errorf("update config map: %w", err)
+	}
 	return nil
 }
 

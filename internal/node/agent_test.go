@@ -27,6 +27,7 @@ const testPinRoot = "/sys/fs/bpf/airlock-test-nodeagent"
 const (
 	allowedIP = "198.18.0.10" // let through by an allow from the sidecar
 	deniedIP  = "198.18.0.20" // never allowed
+	rawIP     = "198.18.0.30" // a protocol tcp range of the identities sidecar's policy
 )
 
 // helper is a running container process of the fake pod.
@@ -116,7 +117,7 @@ type pod struct {
 func newPod(t *testing.T) *pod {
 	privtest.Require(t, "nsenter")
 	tp := testnet.NewTopology(t)
-	for _, a := range []string{allowedIP, deniedIP} {
+	for _, a := range []string{allowedIP, deniedIP, rawIP} {
 		tp.AddUpstreamAddr(t, netip.MustParseAddr(a))
 		l, err := tp.Upstream.Listen("tcp", a+":80")
 		if err != nil {
@@ -407,8 +408,10 @@ func (h *helper) peer() string {
 // TestAgentIdentities: the agent tells the sidecar which container connected each accepted
 // connection, by the container's name, also after a container restart (a new cgroup id,
 // possibly before the API server reports it); a cgroup of the pod that is no reported
-// container's is refused; and with identities the app containers reach out only through
-// the sidecar (the kernel's identity rule, on the pod's cgroup).
+// container's is refused; with identities the app containers reach out only through the
+// sidecar (the kernel's identity rule, on the pod's cgroup); and each identity has only its
+// own raw TCP (a container of no identity the pod's), also after a restart (none until the
+// API server reports the new container) and a policy reload.
 func TestAgentIdentities(t *testing.T) {
 	p := newPod(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -417,7 +420,8 @@ func TestAgentIdentities(t *testing.T) {
 	side := p.container(ctx, "side1", "sidecar-identities")
 	reviewer := p.container(ctx, "r1", "app")
 	author := p.container(ctx, "a1", "app")
-	p.p.SidecarID, p.p.Containers = "side1", map[string]string{"reviewer": "r1", "author": "a1"}
+	tools := p.container(ctx, "t1", "app") // a container of no identity: the pod's own
+	p.p.SidecarID, p.p.Containers = "side1", map[string]string{"reviewer": "r1", "author": "a1", "tools": "t1"}
 	if err := a.Upsert(p.p); err != nil {
 		t.Fatal(err)
 	}
@@ -438,6 +442,17 @@ func TestAgentIdentities(t *testing.T) {
 	if got := author.do("dial " + allowedIP + ":80"); got != "EPERM" {
 		t.Errorf("an app container straight to an allowed address with identities: %s, want EPERM (only through the sidecar)", got)
 	}
+	// Raw TCP: the sandbox allows rawIP:80; of the identities only author has it.
+	rawTCP := func(t *testing.T, want map[string]string, hs map[string]*helper) {
+		t.Helper()
+		for name, h := range hs {
+			if got := h.do("dial " + rawIP + ":80"); got != want[name] {
+				t.Errorf("%s to the raw TCP address: %s, want %s", name, got, want[name])
+			}
+		}
+	}
+	authorOnly := map[string]string{"author": "OK", "reviewer": "EPERM", "tools": "OK"}
+	rawTCP(t, authorOnly, map[string]*helper{"author": author, "reviewer": reviewer, "tools": tools})
 
 	t.Run("restarted container", func(t *testing.T) {
 		reviewer.in.Close()
@@ -457,6 +472,36 @@ func TestAgentIdentities(t *testing.T) {
 		if got := reviewer2.do("dial " + allowedIP + ":80"); got != "EPERM" {
 			t.Errorf("restarted reviewer straight to an allowed address: %s, want EPERM", got)
 		}
+	})
+	t.Run("restarted containers and raw TCP", func(t *testing.T) {
+		author.in.Close()
+		author = p.container(ctx, "a2", "app")
+		// Not reported yet: its cgroup is no identity's, so no raw TCP (fail closed).
+		if got := author.do("dial " + rawIP + ":80"); got != "EPERM" {
+			t.Errorf("restarted author before the API server reports it, to the raw TCP address: %s, want EPERM", got)
+		}
+		reviewer3 := p.container(ctx, "r3", "app")
+		p.p.Containers = map[string]string{"reviewer": "r3", "author": "a2", "tools": "t1"}
+		if err := a.Upsert(p.p); err != nil {
+			t.Fatal(err)
+		}
+		rawTCP(t, authorOnly, map[string]*helper{"author": author, "reviewer": reviewer3, "tools": tools})
+		t.Run("reload", func(t *testing.T) {
+			if got := side.do("idtcp reviewer"); got != "OK" {
+				t.Fatalf("idtcp reviewer: %s", got)
+			}
+			rawTCP(t, map[string]string{"author": "EPERM", "reviewer": "OK", "tools": "OK"},
+				map[string]*helper{"author": author, "reviewer": reviewer3, "tools": tools})
+			if got := side.do("idtcp off"); got != "OK" {
+				t.Fatalf("idtcp off: %s", got)
+			}
+			rawTCP(t, map[string]string{"author": "OK", "reviewer": "OK", "tools": "OK"},
+				map[string]*helper{"author": author, "reviewer": reviewer3, "tools": tools})
+			if got := side.do("idtcp author"); got != "OK" {
+				t.Fatalf("idtcp author: %s", got)
+			}
+			rawTCP(t, authorOnly, map[string]*helper{"author": author, "reviewer": reviewer3, "tools": tools})
+		})
 	})
 	t.Run("a cgroup of no container", func(t *testing.T) {
 		stray := p.container(ctx, "stray", "app")

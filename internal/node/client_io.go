@@ -117,6 +117,22 @@ func (c *Client) SetIdentities(on bool) error {
 	return err
 }
 
+// SetIdentityTCP replaces each identity's raw TCP rules and which container is which
+// identity (Hello.IdentityTCP; nil: every container has the sandbox's raw TCP). The table is
+// remembered for a redialled agent too, even when this request fails. Nil when the hello had
+// none sends nothing, so a sidecar without identities talks to an older agent as before.
+func (c *Client) SetIdentityTCP(it *IdentityTCP) error {
+	c.mu.Lock()
+	was := c.hello.IdentityTCP
+	c.hello.IdentityTCP = it
+	c.mu.Unlock()
+	if it == nil && was == nil {
+		return nil
+	}
+	_, err := c.do(Request{Op: OpIdentityTCP, IdentityTCP: it})
+	return err
+}
+
 // PeerContainer returns the name of the pod's container (as the API server names it) whose
 // process connected the TCP connection from peer (its address and port, as the sidecar's
 // listener saw it), from the kernel's record; an error when the agent cannot tell (no

@@ -101,7 +101,8 @@ func runIdentitiesHelper(sock string) {
 		out <- "R ERR " + err.Error()
 		return
 	}
-	cfg := ClientConfig{SocketName: sock, Hello: Hello{Listeners: []Listener{{Addr: proxyAddr, Kind: "proxy"}}, Identities: true}}
+	cfg := ClientConfig{SocketName: sock, Hello: Hello{Listeners: []Listener{{Addr: proxyAddr, Kind: "proxy"}}, Identities: true,
+		CIDRs: []CIDR{rawRule()}, IdentityTCP: identityTCPFor("author")}}
 	c, err := Dial(cfg, 20*time.Second)
 	if err != nil {
 		out <- "R ERR " + strings.ReplaceAll(err.Error(), "\n", " ")
@@ -126,6 +127,18 @@ func runIdentitiesHelper(sock string) {
 	}()
 	out <- "R attached"
 	runCommands(c, sock)
+}
+
+// rawRule is the sandbox's protocol tcp rule of the identities sidecar: rawIP, port 80.
+func rawRule() CIDR { return CIDR{Prefix: rawIP + "/32", Ports: []uint16{80}, Raw: true} }
+
+// identityTCPFor is the identities sidecar's table: containers reviewer and author are the
+// identities of their names, and only identity who has rawRule.
+func identityTCPFor(who string) *IdentityTCP {
+	return &IdentityTCP{
+		Containers: map[string]string{"reviewer": "reviewer", "author": "author"},
+		Rules:      map[string][]CIDR{who: {rawRule()}},
+	}
 }
 
 // serveTransparent reports the original destination of every redirected connection ("O").
@@ -185,6 +198,11 @@ func command(enf *Client, sock, cmd, arg string) string {
 		return result(enf.Allow(netip.MustParseAddr(arg), []uint16{80}, time.Now().Add(time.Hour)))
 	case "identities":
 		return result(enf.SetIdentities(arg == "on"))
+	case "idtcp": // idtcp off, or idtcp IDENTITY: only IDENTITY has rawRule
+		if arg == "off" {
+			return result(enf.SetIdentityTCP(nil))
+		}
+		return result(enf.SetIdentityTCP(identityTCPFor(arg)))
 	case "counters":
 		c, err := enf.Counters()
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 type podState struct {
 	a *Agent
 
-	// mu guards pod, cg, ln, nsIno, enf, closed, containers and changed.
+	// mu guards pod, cg, ln, nsIno, enf, closed, containers, changed and idContainers.
 	mu     sync.Mutex
 	pod    Pod
 	cg     Cgroups
@@ -31,6 +31,9 @@ type podState struct {
 	// changed is closed (and replaced) at every update: a peer lookup waiting for a
 	// restarted container's new ID wakes up.
 	changed chan struct{}
+	// idContainers maps container names to identities (Hello.IdentityTCP) while the kernel
+	// holds each identity to its own raw TCP rules; nil while it does not.
+	idContainers map[string]string
 
 	// lastRefusal is when a refused caller was last logged (accept's goroutine only): an app
 	// container hammering the socket does not flood the agent's log.
@@ -86,6 +89,7 @@ func (st *podState) update(p Pod) error {
 // lookups waiting for them. st.mu is held.
 func (st *podState) containersChanged() {
 	st.containers = containerCgroups(st.cg.Pod, st.pod.Containers)
+	st.syncIdentityCgroups()
 	if st.changed != nil {
 		close(st.changed)
 	}
@@ -113,6 +117,7 @@ func (st *podState) peerContainer(enf *ebpf.Enforcer, peer netip.AddrPort) (stri
 		name, ok := st.containers[cgid]
 		if !ok { // a container's cgroup not there yet at the last update
 			st.containers = containerCgroups(st.cg.Pod, st.pod.Containers)
+			st.syncIdentityCgroups()
 			name, ok = st.containers[cgid]
 		}
 		changed, podDir := st.changed, st.cg.Pod
@@ -202,6 +207,13 @@ func (st *podState) attach(h *Hello) (*Welcome, error) {
 	}
 	cfg.Sandbox, cfg.Cgroup, cfg.ExemptCgroup, cfg.PinRoot = st.pod.Sandbox(), st.cg.Pod, st.cg.Sidecar, st.a.cfg.PinRoot
 	cfg.Identities = h.Identities
+	var idContainers map[string]string
+	if it := h.IdentityTCP; it != nil {
+		if cfg.IdentityTCP, err = ebpfIdentityTCP(it.Rules); err != nil {
+			return nil, err
+		}
+		idContainers = nonNil(it.Containers)
+	}
 	cfg.Logger = st.a.log
 	cfg.OnDeny = st.deny
 	if st.enf != nil {
@@ -212,7 +224,8 @@ func (st *podState) attach(h *Hello) (*Welcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.enf = enf
+	st.enf, st.idContainers = enf, idContainers
+	st.syncIdentityCgroups()
 	w := &Welcome{Version: ProtocolVersion, Sandbox: st.pod.Sandbox(), Adopted: enf.Adopted()}
 	if ok, why := enf.PacketGuard(); ok {
 		w.PacketGuard = true
@@ -220,6 +233,53 @@ func (st *podState) attach(h *Hello) (*Welcome, error) {
 		w.PacketGuardError = why.Error()
 	}
 	return w, nil
+}
+
+// setIdentityTCP replaces each identity's raw TCP rules and which container is which
+// identity (OpIdentityTCP; nil: every container has the sandbox's raw TCP again).
+func (st *podState) setIdentityTCP(it *IdentityTCP) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.enf == nil {
+		return errors.New("no enforcement attached")
+	}
+	if it == nil {
+		st.idContainers = nil
+		return st.enf.SetIdentityTCP(nil)
+	}
+	rules, err := ebpfIdentityTCP(it.Rules)
+	if err != nil {
+		return err
+	}
+	// The cgroups first: a container whose identity changed must not keep the old one's
+	// rules, and until the rule is on (an enforcer opened without it) the map is unread.
+	st.idContainers = nonNil(it.Containers)
+	st.syncIdentityCgroups()
+	return st.enf.SetIdentityTCP(rules)
+}
+
+// syncIdentityCgroups tells the kernel which identity each running app container's cgroup
+// is: a container Hello.IdentityTCP names is its identity, any other the pod's own (""). A
+// container the API server has not reported yet (a restart in flight) is left out, so its
+// tasks get no raw TCP until it is (fail closed). st.mu is held.
+func (st *podState) syncIdentityCgroups() {
+	if st.enf == nil || st.idContainers == nil {
+		return
+	}
+	want := make(map[uint64]string, len(st.containers))
+	for cgid, name := range st.containers {
+		want[cgid] = st.idContainers[name]
+	}
+	if err := st.enf.SetIdentityCgroups(want); err != nil {
+		st.logger().WithError(err).Error("identity cgroups not updated: the changed containers get no raw TCP")
+	}
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 // enforcer returns the pod's open enforcer, or nil before the first hello.

@@ -50,6 +50,9 @@ const (
 	// OpIdentities switches Hello.Identities on or off (a policy reload that adds or removes
 	// spec.identities).
 	OpIdentities = "identities"
+	// OpIdentityTCP replaces Request.IdentityTCP (a policy reload): each identity's raw TCP
+	// rules and which container is which identity. Nil switches the per-identity rule off.
+	OpIdentityTCP = "identity_tcp"
 )
 
 // ErrVersion is the error text an agent answers a hello of another version with.
@@ -67,6 +70,8 @@ type Request struct {
 	Report bool      `json:"report,omitempty"`
 	// Identities is OpIdentities' switch.
 	Identities bool `json:"identities,omitempty"`
+	// IdentityTCP is OpIdentityTCP's table.
+	IdentityTCP *IdentityTCP `json:"identity_tcp,omitempty"`
 }
 
 // Hello is what enforcement needs from the sidecar. The agent decides everything else (which
@@ -87,6 +92,24 @@ type Hello struct {
 	// processes of its own, so this holds for every app container, mapped or not). Omitted
 	// when false, so a sidecar without identities sends the bytes an older agent reads.
 	Identities bool `json:"identities,omitempty"`
+	// IdentityTCP, when set, has the kernel hold each identity to its own protocol tcp
+	// rules (ebpf.Config.IdentityTCP): the agent maps each app container's cgroup to its
+	// identity (Containers; another container to the pod's own, ""), also after a restart.
+	// Omitted (an older sidecar, or a policy without identities): every container has the
+	// sandbox's raw TCP. An older agent refuses a hello that has it (strict decoding), so
+	// the sidecar fails closed instead of running without the rule.
+	IdentityTCP *IdentityTCP `json:"identity_tcp,omitempty"`
+}
+
+// IdentityTCP is what the agent needs to enforce each identity's protocol tcp rules in a
+// pod.
+type IdentityTCP struct {
+	// Containers maps a container's name (as the API server names it) to its identity
+	// (the pod's airlock.dev/identities annotation). Other app containers are the pod's own.
+	Containers map[string]string `json:"containers"`
+	// Rules are each identity's protocol tcp rules, by identity name (each treated as raw
+	// TCP, and only within the sandbox's CIDRs). An identity absent has no raw TCP.
+	Rules map[string][]CIDR `json:"rules"`
 }
 
 // Transparent is transparent mode: TCP connections to Ports go to the listener Addr4.

@@ -111,6 +111,8 @@ func (s *session) handle(req Request) Reply {
 		err = enf.SetReport(req.Report)
 	case OpIdentities:
 		err = enf.SetIdentities(req.Identities)
+	case OpIdentityTCP:
+		err = s.st.setIdentityTCP(req.IdentityTCP)
 	case OpPeer:
 		var peer netip.AddrPort
 		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {
@@ -168,6 +170,19 @@ func ebpfConfig(h *Hello) (ebpf.Config, error) {
 	rules, err := ebpfCIDRs(h.CIDRs)
 	cfg.CIDRs = rules
 	return cfg, err
+}
+
+// ebpfIdentityTCP translates each identity's rules; the result is never nil.
+func ebpfIdentityTCP(in map[string][]CIDR) (map[string][]ebpf.CIDRRule, error) {
+	out := make(map[string][]ebpf.CIDRRule, len(in))
+	for name, rules := range in {
+		r, err := ebpfCIDRs(rules)
+		if err != nil {
+			return nil, fmt.Errorf("identity %q: %w", name, err)
+		}
+		out[name] = r
+	}
+	return out, nil
 }
 
 func ebpfCIDRs(in []CIDR) ([]ebpf.CIDRRule, error) {

@@ -40,6 +40,18 @@ func goldenHello() *Hello {
 	}
 }
 
+// goldenIdentityTCP is the identities' raw TCP of the golden messages: one identity with a
+// rule, one without any.
+func goldenIdentityTCP() *IdentityTCP {
+	return &IdentityTCP{
+		Containers: map[string]string{"author": "author", "review": "reviewer"},
+		Rules: map[string][]CIDR{
+			"author":   {{Prefix: "198.18.7.0/24", Ports: []uint16{22}, Raw: true}},
+			"reviewer": {},
+		},
+	}
+}
+
 // goldenDeny is the deny event of the golden conversation.
 func goldenDeny() *DenyEvent {
 	return &DenyEvent{Time: goldenDenyTime, Hook: "connect4", Reason: "not_allowed", PID: 4242, UID: 1000,
@@ -65,6 +77,11 @@ var wireGolden = []struct {
 	{"request-hello-identities.json", &Request{ID: 10, Op: OpHello, Hello: &Hello{Version: 1, CIDRs: []CIDR{}, Identities: true}}},
 	{"request-peer.json", &Request{ID: 11, Op: OpPeer, Addr: "127.0.0.1:40001"}},
 	{"request-identities.json", &Request{ID: 12, Op: OpIdentities, Identities: true}},
+	// Each identity's raw TCP in pods: added to version 1 after them, omitted when unused.
+	{"request-hello-identity-tcp.json", &Request{ID: 13, Op: OpHello, Hello: &Hello{Version: 1, CIDRs: []CIDR{}, Identities: true,
+		IdentityTCP: goldenIdentityTCP()}}},
+	{"request-identity-tcp.json", &Request{ID: 14, Op: OpIdentityTCP, IdentityTCP: goldenIdentityTCP()}},
+	{"request-identity-tcp-off.json", &Request{ID: 15, Op: OpIdentityTCP}},
 
 	{"reply-welcome.json", &Reply{ID: 1, Welcome: &Welcome{Version: 1, Sandbox: "ns.pod", PacketGuard: true}}},
 	{"reply-ok.json", &Reply{ID: 2}},
