@@ -76,6 +76,9 @@ type KernelSpec struct {
 	// IdentityTCP are each identity's protocol tcp rules, by name: an identity's tasks may
 	// connect straight only where its own and the sandbox's both allow.
 	IdentityTCP map[string][]policy.CIDRRule
+	// IdentityContainers maps a pod's container names to identities (Config's): the node
+	// agent maps each container's cgroup to its identity for IdentityTCP.
+	IdentityContainers map[string]string
 	// Transparent, when set, redirects TCP connections to its ports to its listener.
 	Transparent *KernelTransparent
 	// RequirePacketGuard makes attach fail when packet sockets cannot be refused.

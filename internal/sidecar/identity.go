@@ -35,17 +35,28 @@ type identitySwitch interface {
 	SetIdentities(on bool) error
 }
 
-// identityEnforcer is an Enforcer that applies each identity's protocol: tcp rules to its
-// own cgroups (the in-process eBPF one).
-type identityEnforcer interface {
-	// SetIdentityTCP replaces every identity's protocol: tcp rules, by identity name.
+// identityTCPSetter is an Enforcer that holds each identity to its own protocol: tcp rules
+// (the in-process eBPF one, and the node agent's, which maps the pod's containers itself).
+type identityTCPSetter interface {
+	// SetIdentityTCP replaces every identity's protocol: tcp rules, by identity name; nil
+	// when the policy has no identities.
 	SetIdentityTCP(rules map[string][]policy.CIDRRule) error
+}
+
+// identityEnforcer is an identityTCPSetter whose identity cgroups the sidecar maps (the
+// in-process eBPF one, in a local sandbox).
+type identityEnforcer interface {
+	identityTCPSetter
 	// SetIdentityCgroups replaces which cgroup ids are which identity's.
 	SetIdentityCgroups(cgroups map[uint64]string) error
 }
 
-// identityTCP lists each identity's protocol: tcp rules, for the kernel.
+// identityTCP lists each identity's protocol: tcp rules, for the kernel; nil when the
+// policy has no identities.
 func identityTCP(p *policy.Policy) map[string][]policy.CIDRRule {
+	if len(p.IdentityNames()) == 0 {
+		return nil
+	}
 	out := map[string][]policy.CIDRRule{}
 	for _, name := range p.IdentityNames() {
 		ip, _ := p.Identity(name)

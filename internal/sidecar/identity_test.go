@@ -249,6 +249,9 @@ func TestPodIdentitiesThroughTheSidecar(t *testing.T) {
 	if !hello.Identities {
 		t.Error("the kernel spec (the agent's hello) does not ask for the identity rule")
 	}
+	if hello.IdentityTCP == nil || hello.IdentityContainers["reviewer"] != "reviewer" {
+		t.Errorf("the kernel spec (the agent's hello) lacks the identities' raw TCP (%v) or containers (%v)", hello.IdentityTCP, hello.IdentityContainers)
+	}
 	client := proxyClient(s.Addrs().Proxy)
 	denial := func(container string, err error, method string) (int, string, string) {
 		t.Helper()

@@ -121,6 +121,7 @@ func (k *kernel) spec() (KernelSpec, error) {
 		Report:             pol.Mode() == policy.ModeReport,
 		Identities:         len(pol.IdentityNames()) > 0,
 		IdentityTCP:        identityTCP(pol),
+		IdentityContainers: cfg.IdentityContainers,
 		RequirePacketGuard: cfg.packetGuardRequired(),
 		OnDeny:             s.audit.LogDenial, // a flood of kernel denials is summarised
 		Registerer:         s.reg,
@@ -216,11 +217,13 @@ func (k *kernel) applyPolicy(gen uint64, p *policy.Policy) {
 	}
 	k.gen = gen
 	err := errors.Join(k.enf.SetCIDRs(p.CIDRRules()), k.enf.SetReport(p.Mode() == policy.ModeReport))
+	// Each identity's raw TCP before the switch: identities that appear never have the
+	// sandbox's raw TCP meanwhile.
+	if ie, ok := k.enf.(identityTCPSetter); ok {
+		err = errors.Join(err, ie.SetIdentityTCP(identityTCP(p)))
+	}
 	if is, ok := k.enf.(identitySwitch); ok {
 		err = errors.Join(err, is.SetIdentities(len(p.IdentityNames()) > 0))
-	}
-	if ie, ok := k.enf.(identityEnforcer); ok {
-		err = errors.Join(err, ie.SetIdentityTCP(identityTCP(p)))
 	}
 	if err != nil {
 		k.s.log.WithField("error", err.Error()).Error("kernel CIDR rules not updated after policy reload")

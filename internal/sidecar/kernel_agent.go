@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"time"
@@ -37,7 +38,7 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 		if err != nil {
 			return nil, Unavailable(fmt.Errorf("%w (is the airlock-node DaemonSet running on this node?)", err))
 		}
-		a := agentEnforcer{c: c}
+		a := agentEnforcer{c: c, containers: spec.IdentityContainers}
 		if spec.Registerer != nil {
 			if err := spec.Registerer.Register(newAgentCollector(a, spec.Sandbox)); err != nil {
 				c.Close()
@@ -52,6 +53,9 @@ func AttachNodeAgent(name string, wait time.Duration) AttachFunc {
 func helloOf(spec KernelSpec) node.Hello {
 	h := node.Hello{CIDRs: nodeCIDRs(spec.CIDRs), Report: spec.Report, RequirePacketGuard: spec.RequirePacketGuard,
 		Identities: spec.Identities}
+	if spec.Identities {
+		h.IdentityTCP = nodeIdentityTCP(spec.IdentityContainers, spec.IdentityTCP)
+	}
 	for _, l := range spec.Listeners {
 		h.Listeners = append(h.Listeners, node.Listener{Addr: l.Addr.String(), UDP: l.UDP, Kind: string(l.Kind)})
 	}
@@ -71,13 +75,40 @@ func nodeCIDRs(rules []policy.CIDRRule) []node.CIDR {
 	return out
 }
 
+// nodeIdentityTCP is the agent's table of each identity's raw TCP: which container is which
+// identity, and each identity's rules (every identity of the policy listed, so that none
+// falls back to the sandbox's). Never nil.
+func nodeIdentityTCP(containers map[string]string, rules map[string][]policy.CIDRRule) *node.IdentityTCP {
+	out := &node.IdentityTCP{Containers: map[string]string{}, Rules: map[string][]node.CIDR{}}
+	maps.Copy(out.Containers, containers)
+	for name, rs := range rules {
+		out.Rules[name] = nodeCIDRs(rs)
+	}
+	return out
+}
+
 // agentEnforcer is the Enforcer of the node agent: node.Client, in the sidecar's types.
-type agentEnforcer struct{ c *node.Client }
+type agentEnforcer struct {
+	c *node.Client
+	// containers maps the pod's container names to identities (--identity-containers).
+	containers map[string]string
+}
 
 var (
-	_ Enforcer = agentEnforcer{}
-	_ podPeers = agentEnforcer{}
+	_ Enforcer          = agentEnforcer{}
+	_ podPeers          = agentEnforcer{}
+	_ identityTCPSetter = agentEnforcer{}
 )
+
+// SetIdentityTCP implements identityTCPSetter: the agent maps the pod's containers to their
+// identities (a restarted one too) and holds each to its rules; nil (no identities) gives
+// every container the sandbox's raw TCP again.
+func (a agentEnforcer) SetIdentityTCP(rules map[string][]policy.CIDRRule) error {
+	if rules == nil {
+		return a.c.SetIdentityTCP(nil)
+	}
+	return a.c.SetIdentityTCP(nodeIdentityTCP(a.containers, rules))
+}
 
 // Allow implements Enforcer.
 func (a agentEnforcer) Allow(addr netip.Addr, ports []uint16, until time.Time) error {

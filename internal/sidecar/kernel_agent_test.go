@@ -151,6 +151,8 @@ func TestNodeAgentWire(t *testing.T) {
 				{Prefix: netip.MustParsePrefix("198.18.3.0/24")}})
 		},
 		func() error { return enf.SetReport(true) },
+		// A policy without identities: nothing to send (an older agent knows no identity_tcp).
+		func() error { return enf.(identityTCPSetter).SetIdentityTCP(nil) },
 	}
 	for i, step := range steps {
 		if err := step(); err != nil {
@@ -206,6 +208,45 @@ func quietLogger() *logrus.Logger {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	return l
+}
+
+// TestNodeAgentWireIdentityTCP: a sidecar whose policy has identities tells the agent in its
+// hello which container is which identity and each identity's raw TCP rules, again on a
+// reload, and nil when a reload removes the identities: the golden bytes.
+func TestNodeAgentWireIdentityTCP(t *testing.T) {
+	withID := func(file string, golden, id int) []byte {
+		return bytes.Replace(readWire(t, file), []byte(fmt.Sprintf(`{"id":%d,`, golden)), []byte(fmt.Sprintf(`{"id":%d,`, id)), 1)
+	}
+	welcome := []byte(`{"id":1,"welcome":{"version":1,"sandbox":"ns.pod","packet_guard":true}}` + "\n")
+	name, done := replayAgent(t, []wireStep{
+		{request: "request-hello-identity-tcp.json", replies: [][]byte{welcome}, want: withID("request-hello-identity-tcp.json", 13, 1)},
+		{request: "request-identity-tcp.json", replies: [][]byte{[]byte("{\"id\":2}\n")}, want: withID("request-identity-tcp.json", 14, 2)},
+		{request: "request-identity-tcp-off.json", replies: [][]byte{[]byte("{\"id\":3}\n")}, want: withID("request-identity-tcp-off.json", 15, 3)},
+	})
+	rules := map[string][]policy.CIDRRule{
+		"author":   {{Prefix: netip.MustParsePrefix("198.18.7.0/24"), Ports: []uint16{22}, Raw: true}},
+		"reviewer": {},
+	}
+	containers := map[string]string{"author": "author", "review": "reviewer"}
+	spec := KernelSpec{Identities: true, IdentityTCP: rules, IdentityContainers: containers, Logger: quietLogger()}
+	enf, err := AttachNodeAgent(name, 5*time.Second)(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enf.Close()
+	it, ok := enf.(identityTCPSetter)
+	if !ok {
+		t.Fatal("the node agent's Enforcer takes no identity raw TCP rules")
+	}
+	if err := it.SetIdentityTCP(rules); err != nil {
+		t.Fatal(err)
+	}
+	if err := it.SetIdentityTCP(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
 }
 
 func TestNodeAgentFailsClosed(t *testing.T) {
