@@ -453,6 +453,10 @@ func TestAgentIdentities(t *testing.T) {
 	}
 	authorOnly := map[string]string{"author": "OK", "reviewer": "EPERM", "tools": "OK"}
 	rawTCP(t, authorOnly, map[string]*helper{"author": author, "reviewer": reviewer, "tools": tools})
+	// A container of no identity is the pod's own: the sandbox's rules, direct connects too.
+	if got := tools.do("dial " + allowedIP + ":80"); got != "OK" {
+		t.Errorf("a container of no identity straight to an allowed address: %s, want OK (the pod's own identity)", got)
+	}
 
 	t.Run("restarted container", func(t *testing.T) {
 		reviewer.in.Close()

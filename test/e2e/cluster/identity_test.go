@@ -31,6 +31,10 @@ data:
     spec:
       mode: enforce
       egress:
+        - name: ssh-like
+          protocol: tcp
+          cidrs: ["` + rawTCPIP + `/32"]
+          ports: [80]
         - name: allowed
           hosts: ["` + allowedHost + `"]
           ports: [80]
@@ -51,6 +55,11 @@ data:
         author:
           secrets: [upstream-token]
 `
+
+// rawTCPIP is the identities policy's raw TCP host (protocol: tcp, port 80: the denied test
+// host's listener, which nothing else of that policy reaches): reviewer has an egress of
+// its own without it, so no raw TCP; author none of its own, so the sandbox's.
+const rawTCPIP = deniedIP
 
 // identitiesPod is a pod of two probe containers, reviewer and author, mapped to the
 // identities of the same names by annotation, in the shape Pod Security "restricted" admits.
@@ -88,7 +97,7 @@ spec:
 // checkIdentities: two containers of one pod are two identities by the pod's annotation:
 // the node agent tells the unprivileged sidecar which container connected. reviewer may GET
 // but not POST (the refusal names it) and its requests never carry author's credential;
-// author may POST with it. After the reviewer container is killed and restarted by the
+// author may POST with it; author may connect to the raw TCP host and reviewer may not. After the reviewer container is killed and restarted by the
 // kubelet (a new container, a new cgroup), the mapping still holds.
 func (e *env) checkIdentities(ctx context.Context, t *testing.T) {
 	e.configureVault(ctx, t) // and the pod's service account
@@ -167,6 +176,14 @@ func (e *env) checkTwoIdentities(ctx context.Context, t *testing.T, secret, when
 	}
 	if out := e.idProbe(ctx, t, "reviewer", "dial", allowedIP+":80"); out != "dial=EPERM" {
 		t.Errorf("reviewer straight to the allowed address%s: %s, want dial=EPERM (only through the sidecar)", when, out)
+	}
+	// Raw TCP is per identity in the kernel, in a pod too: author has the sandbox's
+	// protocol tcp rule, reviewer none (the node agent maps each container's cgroup).
+	if out := e.idProbe(ctx, t, "author", "dial", rawTCPIP+":80"); out != "dial=ok" {
+		t.Errorf("author to the raw TCP host%s: %s, want dial=ok", when, out)
+	}
+	if out := e.idProbe(ctx, t, "reviewer", "dial", rawTCPIP+":80"); out != "dial=EPERM" {
+		t.Errorf("reviewer to the raw TCP host%s: %s, want dial=EPERM (no protocol tcp rule of its own)", when, out)
 	}
 }
 
