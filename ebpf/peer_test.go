@@ -45,6 +45,20 @@ func TestPeerCgroupAndIdentityTasks(t *testing.T) {
 	if got := id.Do(t, "connect 4 tcp 198.18.1.5:5432"); got != "ECONNREFUSED" {
 		t.Errorf("an identity's task to a protocol tcp range, raw TCP per sandbox: %s, want it let through (ECONNREFUSED)", got)
 	}
+	// SetIdentityTCP switches the per-identity rule on at runtime (a pod's node agent, told
+	// after the attach) and nil off again.
+	if err := f.enf.SetIdentityTCP(map[string][]CIDRRule{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := id.Do(t, "connect 4 tcp 198.18.1.5:5432"); got != "EPERM" {
+		t.Errorf("an unmapped identity task to a protocol tcp range, per-identity rule on: %s, want EPERM", got)
+	}
+	if err := f.enf.SetIdentityTCP(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := id.Do(t, "connect 4 tcp 198.18.1.5:5432"); got != "ECONNREFUSED" {
+		t.Errorf("an identity's task to a protocol tcp range, per-identity rule off again: %s, want ECONNREFUSED", got)
+	}
 	for _, tc := range []struct {
 		probe interface {
 			Do(testing.TB, string) string

@@ -35,8 +35,8 @@ func AttachEBPF(spec KernelSpec) (Enforcer, error) {
 	onDeny := spec.OnDeny
 	idTCP := ebpfIdentityTCP(spec.IdentityTCP)
 	if spec.PodCgroup {
-		// In a pod nothing maps the containers' cgroups to identities for the kernel yet:
-		// raw TCP stays per sandbox there (docs/kubernetes.md).
+		// In a pod without the node agent (which maps the containers' cgroups) nothing maps
+		// them to identities for the kernel: raw TCP stays per sandbox there (docs/kernel.md).
 		idTCP = nil
 	}
 	enf, err := ebpf.Open(ebpf.Config{
