@@ -108,17 +108,23 @@ func removeV1(t *testing.T, dir string) {
 // before it allocates anything worth counting).
 func (s *sandboxCgroup) start(t *testing.T, helper string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
 	t.Helper()
+	return startIn(t, s.dir, s.cg, helper)
+}
+
+// startIn runs a helper in cg, whose v2 directory dir is open.
+func startIn(t *testing.T, dir *os.File, cg Cgroup, helper string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "METER_HELPER="+helper)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(s.dir.Fd()), Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd()), Pdeathsig: syscall.SIGKILL}
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if s.cg.V1Memory != "" {
-		if err := os.WriteFile(filepath.Join(s.cg.V1Memory, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	if cg.V1Memory != "" {
+		if err := os.WriteFile(filepath.Join(cg.V1Memory, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

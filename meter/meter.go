@@ -88,6 +88,8 @@ type Meter struct {
 	// pol is the policy of the last sample; a new one clears an operator's waiver.
 	pol    *policy.Policy
 	closed bool
+	// ids is the last record of each identity metered (identity.go), by name.
+	ids map[string]Record
 }
 
 // New checks cfg and builds a Meter; it opens nothing.
@@ -119,10 +121,13 @@ func (m *Meter) Open() error {
 		return err
 	}
 	m.ledger = l
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, r := range last {
 		if r.Key == m.cfg.Key && (!m.have || r.Seq > m.rec.Seq) {
 			m.rec, m.have = r, true
 		}
+		m.restoreIdentity(r)
 	}
 	return nil
 }
@@ -168,7 +173,9 @@ func (m *Meter) Current() Record {
 
 // Sample reads the counters, adds what grew since the last sample to the totals, prices
 // them, applies the caps (freezing or thawing) and appends the record to the ledger. kind is
-// KindSample or KindFinal; a freeze or thaw writes KindFreeze or KindThaw instead.
+// KindSample or KindFinal; a freeze or thaw writes KindFreeze or KindThaw instead. Then it
+// samples each identity's cgroup and appends its record (identity.go). It returns the
+// sandbox's record.
 func (m *Meter) Sample(kind string) (Record, error) {
 	m.sampleMu.Lock()
 	defer m.sampleMu.Unlock()
@@ -207,6 +214,10 @@ func (m *Meter) Sample(kind string) (Record, error) {
 	m.mu.Lock()
 	m.rec, m.have = rec, true
 	m.mu.Unlock()
+	if kind == KindFreeze || kind == KindThaw {
+		kind = KindSample // the sandbox's event; its identities' records are samples
+	}
+	errs = append(errs, m.sampleIdentities(kind, now, pol)...)
 	return rec, errors.Join(errs...)
 }
 

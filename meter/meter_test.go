@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/audit"
+	"github.com/airlock-dev/airlock/internal/crcline"
 	"github.com/airlock-dev/airlock/policy"
 )
 
@@ -208,5 +209,62 @@ func TestFindCgroupHybrid(t *testing.T) {
 	// A pure v2 host: no v1 directories.
 	if got := FindCgroup("/sys/fs/cgroup/airlock/s1", []byte("40 30 0:37 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw")); got != (Cgroup{V2: "/sys/fs/cgroup/airlock/s1"}) {
 		t.Errorf("pure v2: got %+v", got)
+	}
+}
+
+// TestLedgerOldAndIdentityRecords: a ledger an older sidecar wrote (sandbox records only, no
+// identity field) still opens and restores the sandbox's totals; once identity records sit
+// beside it, a restarted meter restores the sandbox's record from the sandbox's lines only
+// (an identity's line written after it is not taken for it) and each identity's from its own.
+func TestLedgerOldAndIdentityRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), LedgerFile)
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	old, err := crcline.Encode(map[string]any{"seq": 1, "time": since.Add(time.Minute), "kind": "sample", "sandbox": "s",
+		"cpu_user_usec": 7000000, "cpu_system_usec": 1000000, "memory_peak_bytes": 1 << 20, "since": since,
+		"raw": map[string]any{"cpu_user_usec": 7000000}, "compute_usd": 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pols := newPolSource(t, "  identities: {author: {}}\n")
+	m, err := New(Config{Key: Key{Sandbox: "s"}, Policy: pols, Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Current(); r.CPUUserUsec != 7000000 || r.ComputeUSD != 0.5 || !r.Since.Equal(since) || len(m.Identities()) != 0 {
+		t.Fatalf("restored from an old ledger: %+v, identities %+v", r, m.Identities())
+	}
+	// An identity's record appended after the sandbox's (as a sample writes them).
+	id := Record{Key: Key{Sandbox: "s", Identity: "author"}, Totals: Totals{CPUUserUsec: 3000000, Since: since}, Kind: KindSample}
+	if err := m.ledger.Append(id); err != nil {
+		t.Fatal(err)
+	}
+	m.ledger.Close()
+	m2, err := New(Config{Key: Key{Sandbox: "s"}, Policy: pols, Ledger: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.ledger.Close()
+	if r := m2.Current(); r.Identity != "" || r.CPUUserUsec != 7000000 {
+		t.Errorf("sandbox record restored: %+v, want the sandbox's own", r.Totals)
+	}
+	if ids := m2.Identities(); len(ids) != 1 || ids[0].Identity != "author" || ids[0].CPUUserUsec != 3000000 {
+		t.Errorf("identities restored: %+v, want author's", ids)
+	}
+	// Without a cgroup (a pod) the meter samples no identity: the sandbox's record only.
+	if _, err := m2.Sample(KindSample); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ReadFile(path)
+	if err != nil || len(recs) != 2 || recs[0].Identity != "" || recs[1].Identity != "author" || recs[1].Seq != 2 {
+		t.Errorf("ledger after a sample without a cgroup: %+v (%v)", recs, err)
 	}
 }

@@ -1,6 +1,10 @@
 package meter
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // collector exports the meter's totals as of its last sample (read at scrape time, so they
 // carry on across sidecar restarts, as the ledger does).
@@ -10,7 +14,9 @@ type collector struct {
 }
 
 // Collector returns the meter's Prometheus collector: airlock_usage_* with the labels
-// sandbox and identity.
+// sandbox and identity. The sandbox's series have identity ""; each identity metered has
+// its own CPU, memory and compute-spend series (the sandbox's count its processes too), but
+// no network, connection, model or frozen series: those are the sandbox's only.
 func (m *Meter) Collector() prometheus.Collector {
 	labels := []string{"sandbox", "identity"}
 	d := func(name, help string, extra ...string) *prometheus.Desc {
@@ -38,25 +44,35 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	r := c.m.Current()
-	k := []string{r.Sandbox, r.Identity}
-	counter := func(d *prometheus.Desc, v float64, extra ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(k, extra...)...)
+	counter, gauge := c.compute(ch, r)
+	for _, ir := range c.m.Identities() {
+		c.compute(ch, ir)
 	}
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, k...)
-	}
-	counter(c.cpu, float64(r.CPUUserUsec)/1e6, "user")
-	counter(c.cpu, float64(r.CPUSystemUsec)/1e6, "system")
-	gauge(c.peak, float64(r.MemoryPeakBytes))
-	counter(c.gibh, r.MemoryGiBHours)
 	counter(c.net, float64(r.TxBytes), "tx")
 	counter(c.net, float64(r.RxBytes), "rx")
 	counter(c.conns, float64(r.Connections))
-	counter(c.usd, r.ComputeUSD, "compute")
 	counter(c.usd, r.ModelUSD, "model")
 	frozen := 0.0
 	if r.Frozen != "" {
 		frozen = 1
 	}
 	gauge(c.frz, frozen)
+}
+
+// compute sends r's CPU, memory and compute-spend series, labelled with r's key, and returns
+// the functions that send more series with that key.
+func (c *collector) compute(ch chan<- prometheus.Metric, r Record) (counter func(*prometheus.Desc, float64, ...string), gauge func(*prometheus.Desc, float64)) {
+	k := []string{r.Sandbox, r.Identity}
+	counter = func(d *prometheus.Desc, v float64, extra ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(slices.Clone(k), extra...)...)
+	}
+	gauge = func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, k...)
+	}
+	counter(c.cpu, float64(r.CPUUserUsec)/1e6, "user")
+	counter(c.cpu, float64(r.CPUSystemUsec)/1e6, "system")
+	gauge(c.peak, float64(r.MemoryPeakBytes))
+	counter(c.gibh, r.MemoryGiBHours)
+	counter(c.usd, r.ComputeUSD, "compute")
+	return counter, gauge
 }

@@ -79,6 +79,10 @@ type IdentityStatus struct {
 	Name        string  `json:"name"`
 	UID         int     `json:"uid"`
 	LLMSpendUSD float64 `json:"llm_spend_usd"`
+	// CPUSeconds and MemoryPeakBytes are the usage meter's figures for the identity's own
+	// cgroup, from the sidecar's usage ledger (cmd/airlock fills them).
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryPeakBytes uint64  `json:"memory_peak_bytes"`
 }
 
 // identityStatuses lists the identities of uids (by uid) with their spend.

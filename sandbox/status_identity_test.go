@@ -28,7 +28,7 @@ func TestStatusIdentities(t *testing.T) {
 	if s.Health != HealthOK || s.LLMSpendUSD != 0.5 {
 		t.Fatalf("status: health %s spend %v", s.Health, s.LLMSpendUSD)
 	}
-	want := []IdentityStatus{{"author", 20000, 0.25}, {"reviewer", 20001, 0.125}, {"idle", 20002, 0}}
+	want := []IdentityStatus{{Name: "author", UID: 20000, LLMSpendUSD: 0.25}, {Name: "reviewer", UID: 20001, LLMSpendUSD: 0.125}, {Name: "idle", UID: 20002}}
 	if len(s.Identities) != len(want) {
 		t.Fatalf("identities %+v, want %+v", s.Identities, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -27,6 +28,10 @@ docs/sandboxes.md "Usage and caps"): the state directory's own (usage-ledger.jso
 of the sandboxes it holds (sandboxes/NAME/sidecar/) and the archive of deleted ones
 (usage-archive.jsonl): CPU-seconds user and system, memory peak and GiB-hours, bytes sent
 and received, connections, compute spend at spec.usage.prices, model spend, and the total.
+Each identity of a local sandbox has a row of its own (SANDBOX/IDENTITY) with the CPU and
+memory of its cgroup and their compute spend; its network and model columns are "-" (the
+kernel counts bytes per sandbox; its model calls are in the table above). The sandbox's row
+counts every identity's processes too. --identity NAME keeps only NAME's rows.
 
 A ledger line that fails its checksum (other than a torn last line) is an error: the file was
 changed and no total can be trusted.`
@@ -65,6 +70,9 @@ func usageCmd(args []string, stdout, stderr io.Writer) error {
 	bs, err := bills(*stateDir)
 	if err != nil {
 		return cli.Failf("%v", err)
+	}
+	if *identity != "" {
+		bs = slices.DeleteFunc(bs, func(b Bill) bool { return b.Identity != *identity })
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

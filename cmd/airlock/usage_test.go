@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/airlock-dev/airlock/llmproxy"
 	"github.com/airlock-dev/airlock/meter"
+	"github.com/airlock-dev/airlock/sandbox"
 )
 
 func TestUsagePrintsLedger(t *testing.T) {
@@ -102,10 +104,15 @@ func TestUsageByIdentity(t *testing.T) {
 	pol := filepath.Join(dir, "p.yaml")
 	os.WriteFile(pol, []byte("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: u}\nspec:\n"+
 		"  llm:\n    budget: {tokens: 5000}\n  identities:\n    reviewer: {llm: {budget: {tokens: 200}}}\n    author: {}\n"), 0o644)
+	writeIdentityUsage(t, filepath.Join(dir, meter.LedgerFile))
 
 	code, out, errOut := airlock(t, "usage", "--state-dir", dir)
 	if code != 0 || !strings.Contains(out, "IDENTITY") || !strings.Contains(out, "reviewer") || !strings.Contains(out, "author") {
 		t.Fatalf("exit %d, %s:\n%s", code, errOut, out)
+	}
+	if !regexp.MustCompile(`(?m)^\s*s/reviewer\s+running\s+1\.500\s+0\.500\s+2\.0\s+0\.000000\s+-\s+-\s+-\s+0\.250000\s+-\s+0\.250000`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^\s*s\s+running\s+4\.000\s+1\.000\s`).MatchString(out) {
+		t.Errorf("want a compute row for s/reviewer (network and model \"-\") and the sandbox's row:\n%s", out)
 	}
 	code, out, errOut = airlock(t, "usage", "--state-dir", dir, "--identity", "reviewer", "--policy", pol)
 	if code != 0 || !strings.Contains(out, "tokens: 80 of 200 left") || strings.Contains(out, "author") {
@@ -113,8 +120,12 @@ func TestUsageByIdentity(t *testing.T) {
 	}
 	code, out, _ = airlock(t, "usage", "--state-dir", dir, "--identity", "author", "--json")
 	var u llmproxy.Usage
-	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Total.Requests != 1 || u.Total.Input != 7 {
-		t.Errorf("--identity author --json: exit %d, %+v\n%s", code, u, out)
+	var bs struct {
+		Sandboxes []Bill `json:"sandboxes"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Total.Requests != 1 || u.Total.Input != 7 ||
+		json.Unmarshal([]byte(out), &bs) != nil || len(bs.Sandboxes) != 1 || bs.Sandboxes[0].Identity != "author" || bs.Sandboxes[0].CPUSeconds != 0.25 {
+		t.Errorf("--identity author --json: exit %d, %+v, %+v\n%s", code, u, bs, out)
 	}
 	code, out, _ = airlock(t, "usage", "--state-dir", dir, "--json")
 	if code != 0 || json.Unmarshal([]byte(out), &u) != nil || u.Total.Requests != 3 || len(u.Identities) != 2 || u.Identities[1].Identity != "reviewer" {
@@ -122,5 +133,41 @@ func TestUsageByIdentity(t *testing.T) {
 	}
 	if code, _, errOut := airlock(t, "usage", "--state-dir", dir, "--identity", "nobody", "--policy", pol); code == 0 || !strings.Contains(errOut, `has no identity "nobody"`) {
 		t.Errorf("--identity nobody: exit %d, %s", code, errOut)
+	}
+}
+
+// writeIdentityUsage writes a usage ledger holding sandbox s's record and its identities'
+// reviewer and author.
+func writeIdentityUsage(t *testing.T, path string) {
+	t.Helper()
+	l, _, err := meter.OpenLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, r := range []meter.Record{
+		{Key: meter.Key{Sandbox: "s"}, Totals: meter.Totals{CPUUserUsec: 4e6, CPUSystemUsec: 1e6, TxBytes: 10}, ComputeUSD: 1},
+		{Key: meter.Key{Sandbox: "s", Identity: "reviewer"}, Totals: meter.Totals{CPUUserUsec: 1.5e6, CPUSystemUsec: 0.5e6, MemoryPeakBytes: 2 << 20}, ComputeUSD: 0.25},
+		{Key: meter.Key{Sandbox: "s", Identity: "author"}, Totals: meter.Totals{CPUUserUsec: 0.25e6}, ComputeUSD: 0.125},
+	} {
+		r.Kind = meter.KindSample
+		if err := l.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFillUsageIdentities: `sandbox list` gets each identity's CPU and memory peak from the
+// sidecar's usage ledger beside the sandbox's own figures.
+func TestFillUsageIdentities(t *testing.T) {
+	dir := t.TempDir()
+	writeIdentityUsage(t, filepath.Join(dir, meter.LedgerFile))
+	ss := []sandbox.Status{{Name: "s", SidecarDir: dir, Identities: []sandbox.IdentityStatus{{Name: "author", UID: 20000}, {Name: "reviewer", UID: 20001}}}}
+	fillUsage(ss)
+	if ss[0].CPUSeconds != 5 || ss[0].ComputeUSD != 1 {
+		t.Errorf("sandbox: %v CPU-s, $%v; want the sandbox's record", ss[0].CPUSeconds, ss[0].ComputeUSD)
+	}
+	if a, r := ss[0].Identities[0], ss[0].Identities[1]; a.CPUSeconds != 0.25 || r.CPUSeconds != 2 || r.MemoryPeakBytes != 2<<20 {
+		t.Errorf("identities: %+v, want author 0.25 CPU-s, reviewer 2 CPU-s and 2 MiB", ss[0].Identities)
 	}
 }

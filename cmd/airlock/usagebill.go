@@ -69,16 +69,19 @@ func printBills(w io.Writer, bs []Bill) {
 	fmt.Fprintln(tw, "SANDBOX\tSTATE\tCPU USER s\tCPU SYS s\tMEM PEAK MiB\tGiB-HOURS\tSENT\tRECEIVED\tCONNS\tCOMPUTE USD\tMODEL USD\tTOTAL USD\t")
 	for _, b := range bs {
 		name := b.Sandbox
+		// An identity's record has no network or model figures (package meter, identity.go).
+		sent, recv, conns, model := fmt.Sprint(b.TxBytes), fmt.Sprint(b.RxBytes), fmt.Sprint(b.Connections), fmt.Sprintf("%.6f", b.ModelUSD)
 		if b.Identity != "" {
 			name += "/" + b.Identity
+			sent, recv, conns, model = "-", "-", "-", "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.1f\t%.6f\t%d\t%d\t%d\t%.6f\t%.6f\t%.6f\t\n", name, b.State,
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.1f\t%.6f\t%s\t%s\t%s\t%.6f\t%s\t%.6f\t\n", name, b.State,
 			float64(b.CPUUserUsec)/1e6, float64(b.CPUSystemUsec)/1e6, float64(b.MemoryPeakBytes)/(1<<20),
-			b.MemoryGiBHours, b.TxBytes, b.RxBytes, b.Connections, b.ComputeUSD, b.ModelUSD, b.TotalUSD)
+			b.MemoryGiBHours, sent, recv, conns, b.ComputeUSD, model, b.TotalUSD)
 	}
 	tw.Flush()
 	for _, b := range bs {
-		if b.Frozen != "" {
+		if b.Frozen != "" && b.Identity == "" {
 			fmt.Fprintf(w, "%s: frozen: %s\n", b.Sandbox, b.Frozen)
 		}
 	}
@@ -156,12 +159,18 @@ func frozen(ledger string) bool {
 	return false
 }
 
-// fillUsage adds the usage ledger's figures to each status of `sandbox list`.
+// fillUsage adds the usage ledger's figures to each status of `sandbox list`: the sandbox's,
+// and each identity's CPU and memory peak.
 func fillUsage(ss []sandbox.Status) {
 	for i := range ss {
 		recs, _ := meter.ReadFile(filepath.Join(ss[i].SidecarDir, meter.LedgerFile))
 		for _, r := range recs {
 			if r.Identity != "" {
+				for j := range ss[i].Identities {
+					if ss[i].Identities[j].Name == r.Identity {
+						ss[i].Identities[j].CPUSeconds, ss[i].Identities[j].MemoryPeakBytes = r.CPUSeconds(), r.MemoryPeakBytes
+					}
+				}
 				continue
 			}
 			ss[i].CPUSeconds, ss[i].MemoryPeakBytes, ss[i].MemoryGiBHours = r.CPUSeconds(), r.MemoryPeakBytes, r.MemoryGiBHours

@@ -119,7 +119,8 @@ func (u *usageComponent) modelSpend() (meter.ModelSpend, bool) {
 	return meter.ModelSpend{UsedNano: st.UsedNano, HeldNano: st.HeldNano, UsedTokens: st.UsedTokens}, true
 }
 
-// handler serves the meter's last record as JSON (admin GET /v1/usage/compute).
+// handler serves the meter's last record as JSON (admin GET /v1/usage/compute), with each
+// identity's last record under "identities".
 func (u *usageComponent) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		m := u.meter()
@@ -132,8 +133,9 @@ func (u *usageComponent) handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(struct {
 			meter.Record
-			Pending string `json:"pending,omitempty"`
-		}{r, pending})
+			Pending    string         `json:"pending,omitempty"`
+			Identities []meter.Record `json:"identities,omitempty"`
+		}{r, pending, m.Identities()})
 	})
 }
 

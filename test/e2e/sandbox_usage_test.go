@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,7 @@ const sbBulkAddr = "198.18.0.45"
 // usageBill is one element of `airlock usage --json`'s "sandboxes".
 type usageBill struct {
 	Sandbox         string  `json:"sandbox"`
+	Identity        string  `json:"identity"`
 	State           string  `json:"state"`
 	Kind            string  `json:"kind"`
 	Time            string  `json:"time"`
@@ -89,10 +91,22 @@ func usagePolicy(usage string) string {
 	return p + "  usage:\n" + usage
 }
 
-// bills runs `airlock usage --json` and returns the sandbox's bill.
+// bill runs `airlock usage --json` and returns the sandbox's bill (its own row, not an
+// identity's).
 func (e *sbEnv) bill(t *testing.T, name string) (usageBill, bool) {
 	t.Helper()
-	r := e.run(t, nil, nil, "usage", "--json", "--state-dir", e.stateDir)
+	return e.identityBill(t, name, "")
+}
+
+// identityBill runs `airlock usage --json` (with --identity when identity is set) and
+// returns the row of the sandbox's identity ("": the sandbox's own).
+func (e *sbEnv) identityBill(t *testing.T, name, identity string) (usageBill, bool) {
+	t.Helper()
+	args := []string{"usage", "--json", "--state-dir", e.stateDir}
+	if identity != "" {
+		args = append(args, "--identity", identity)
+	}
+	r := e.run(t, nil, nil, args...)
 	if r.Code != 0 {
 		t.Fatalf("airlock usage --json: %s", r)
 	}
@@ -103,7 +117,7 @@ func (e *sbEnv) bill(t *testing.T, name string) (usageBill, bool) {
 		t.Fatalf("airlock usage --json: %v: %s", err, r.Stdout)
 	}
 	for _, b := range out.Sandboxes {
-		if b.Sandbox == name {
+		if b.Sandbox == name && b.Identity == identity {
 			return b, true
 		}
 	}
@@ -397,5 +411,54 @@ func waitFrozen(t *testing.T, e *sbEnv, name, cap string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not frozen by %s within 30 s: %+v", name, cap, i)
 		}
+	}
+}
+
+// TestSandboxUsageIdentity: a busy loop run with exec --as busy is charged to identity busy,
+// read from its own cgroup (equal to its cpu.stat once nothing runs), and counted in the
+// sandbox's row too; an identity that never ran gets no row; `sandbox list` shows the
+// identity's CPU; --identity keeps only its rows.
+func TestSandboxUsageIdentity(t *testing.T) {
+	e := newSandboxEnv(t)
+	pol := e.w.WriteFile(t, "usage-identity-policy.yaml", []byte(usagePolicy("    interval: 200ms\n    prices: {cpuSecond: 0.01}\n")+
+		"  identities:\n    busy: {}\n    idle: {}\n"))
+	name := e.name("usageid")
+	info := e.create(t, name, "--policy", pol)
+	r := e.exec(t, []string{"--as", "busy"}, name, nil, nil, e.python, "-c", "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass")
+	if r.Code != 0 {
+		t.Fatalf("busy loop as busy: %s", r)
+	}
+	cpu := cgroupCPU(t, filepath.Join(info.Cgroup, "airlock-id-busy"))
+	if cpu < 500_000 {
+		t.Fatalf("identity busy's cgroup used %d µs, want the loop's 0.5 s at least", cpu)
+	}
+	var b usageBill
+	deadline := time.Now().Add(30 * time.Second)
+	for ok := false; !ok || b.CPUUserUsec+b.CPUSystemUsec < cpu; b, ok = e.identityBill(t, name, "busy") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no bill for %s/busy with its cgroup's %d µs within 30 s; last %+v", name, cpu, b)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the ledger the sidecar writes
+	}
+	if got := b.CPUUserUsec + b.CPUSystemUsec; got != cpu || b.ComputeUSD <= 0 || b.TxBytes != 0 || b.ModelUSD != 0 {
+		t.Errorf("%s/busy: %+v; want CPU %d µs (its cgroup's), a compute spend, no network or model figures", name, b, cpu)
+	}
+	if sb, _ := e.bill(t, name); sb.CPUUserUsec+sb.CPUSystemUsec < cpu {
+		t.Errorf("sandbox row %+v: want its CPU to count identity busy's %d µs", sb, cpu)
+	}
+	if idle, ok := e.identityBill(t, name, "idle"); ok && idle.CPUUserUsec+idle.CPUSystemUsec > 0 {
+		t.Errorf("identity idle never ran, has %+v", idle)
+	}
+	r = e.run(t, nil, nil, "usage", "--state-dir", e.stateDir, "--identity", "busy")
+	if r.Code != 0 || !strings.Contains(r.Stdout, name+"/busy") || strings.Contains(r.Stdout, name+"/idle") {
+		t.Errorf("airlock usage --identity busy: %s", r)
+	}
+	r = e.run(t, nil, nil, "sandbox", "list", "--state-dir", e.stateDir)
+	m := regexp.MustCompile(`busy \(uid \d+, CPU (\d+\.\d+)s`).FindStringSubmatch(r.Stdout)
+	if r.Code != 0 || m == nil {
+		t.Fatalf("sandbox list: no CPU for identity busy: %s", r)
+	}
+	if v, _ := strconv.ParseFloat(m[1], 64); v < 0.5 {
+		t.Errorf("sandbox list: busy's CPU %v s, want at least 0.5", v)
 	}
 }
