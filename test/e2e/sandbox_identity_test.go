@@ -199,8 +199,21 @@ ls /sys/fs/cgroup | wc -l`)
 // pid inside the sandbox and its uid.
 func (h *hostile) startAs(t *testing.T, name, identity string) (pid, uid string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	args := []string{"sandbox", "exec", "--state-dir", h.stateDir, "--as", identity, name, "--", "sh", "-c", "echo $$ $(id -u); read x"}
+	line, err := h.startHeld(t, "the "+identity+" shell", nil, args...)
+	f := strings.Fields(line)
+	if err != nil || len(f) != 2 {
+		t.Fatalf("%s shell: first line %q, %v", identity, line, err)
+	}
+	return f[0], f[1]
+}
+
+// startHeld starts `airlock args...` with its stdin held open until t ends (closing it ends
+// the command, which must then exit within sbCommandTimeout) and returns the first line it
+// prints. what names the command in failures; stderr (nil: none) gets its standard error.
+func (h *hostile) startHeld(t *testing.T, what string, stderr io.Writer, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	cmd := h.command(ctx, nil, args...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -210,6 +223,7 @@ func (h *hostile) startAs(t *testing.T, name, identity string) (pid, uid string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -220,16 +234,11 @@ func (h *hostile) startAs(t *testing.T, name, identity string) (pid, uid string)
 		select {
 		case <-done:
 		case <-time.After(sbCommandTimeout): // a bound, not synchronisation
-			t.Errorf("the %s shell did not exit after its stdin closed", identity)
+			t.Errorf("%s did not exit after its stdin closed", what)
 		}
 		cancel()
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	f := strings.Fields(line)
-	if err != nil || len(f) != 2 {
-		t.Fatalf("%s shell: first line %q, %v", identity, line, err)
-	}
-	return f[0], f[1]
+	return bufio.NewReader(out).ReadString('\n')
 }
 
 // auditEvents reads sandbox name's audit log.

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -207,35 +206,10 @@ func sandboxPlaceholder(t *testing.T, h *hostile, name, secret string) string {
 // placeholder as its token, until t ends.
 func (h *hostile) startMCPServer(t *testing.T, name, bin, placeholder string) mcpServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	args := []string{"sandbox", "exec", "--state-dir", h.stateDir, "--as", "mcp", "--env", "MCP_TOKEN=" + placeholder,
 		name, "--", bin, "serve", "-listen", "127.0.0.1:0", "-token-env", "MCP_TOKEN"}
-	cmd := h.command(ctx, nil, args...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(sbCommandTimeout): // a bound, not synchronisation
-			t.Errorf("the MCP server did not exit after its stdin closed")
-		}
-		cancel()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := h.startHeld(t, "the MCP server", &stderr, args...)
 	f := strings.Fields(line)
 	if err != nil || len(f) != 3 || f[0] != "listening" {
 		t.Fatalf("MCP server: first line %q, %v; stderr %q", line, err, stderr.String())
