@@ -30,9 +30,9 @@ type Filter struct {
 	decided decisions // DecideName per question name, for the current policy
 	// idDecided holds each identity's decisions (identity name → *decisions).
 	idDecided sync.Map
-	metrics *metrics
-	log     *logrus.Logger
-	resolv  []netip.AddrPort // nameservers of cfg.ResolvConf, read by New
+	metrics   *metrics
+	log       *logrus.Logger
+	resolv    []netip.AddrPort // nameservers of cfg.ResolvConf, read by New
 
 	// mu guards servers and closed.
 	mu      sync.Mutex
