@@ -82,6 +82,8 @@ var wireGolden = []struct {
 		IdentityTCP: goldenIdentityTCP()}}},
 	{"request-identity-tcp.json", &Request{ID: 14, Op: OpIdentityTCP, IdentityTCP: goldenIdentityTCP()}},
 	{"request-identity-tcp-off.json", &Request{ID: 15, Op: OpIdentityTCP}},
+	// Identities of DNS queries: added to version 1 after them, omitted when unused.
+	{"request-peer-query.json", &Request{ID: 16, Op: OpPeer, Addr: "127.0.0.1:40002", Query: goldenQuery()}},
 
 	{"reply-welcome.json", &Reply{ID: 1, Welcome: &Welcome{Version: 1, Sandbox: "ns.pod", PacketGuard: true}}},
 	{"reply-ok.json", &Reply{ID: 2}},
@@ -127,4 +129,10 @@ func TestWireGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goldenQuery is the DNS message ID of request-peer-query.json.
+func goldenQuery() *uint16 {
+	id := uint16(0xbeef)
+	return &id
 }

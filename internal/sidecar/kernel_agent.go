@@ -142,6 +142,11 @@ func (a agentEnforcer) PeerContainer(peer netip.AddrPort) (string, error) {
 	return a.c.PeerContainer(peer)
 }
 
+// QueryContainer implements podPeers, for a UDP query to the DNS filter.
+func (a agentEnforcer) QueryContainer(client netip.AddrPort, id uint16) (string, error) {
+	return a.c.QueryContainer(client, id)
+}
+
 // Counters implements Enforcer. The node agent's protocol (version 1, strictly decoded
 // both ways) carries no received-bytes counters: RxBytes and RxPackets are 0 through it.
 func (a agentEnforcer) Counters() (KernelCounters, error) {
