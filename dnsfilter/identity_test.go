@@ -130,8 +130,11 @@ func TestIdentityQueries(t *testing.T) {
 					t.Errorf("a refused query was forwarded upstream")
 				}
 				e := ede(r)
-				if len(e) != 1 || e[0].InfoCode != dns.ExtendedErrorCodeBlocked || !strings.Contains(e[0].ExtraText, tc.reason) {
-					t.Errorf("EDE %v, want Blocked naming %s", e, tc.reason)
+				if len(e) != 1 || e[0].InfoCode != dns.ExtendedErrorCodeBlocked || !strings.Contains(e[0].ExtraText, ": "+tc.reason+": ") {
+					t.Fatalf("EDE %v, want Blocked naming %s", e, tc.reason)
+				}
+				if named := strings.Contains(e[0].ExtraText, "(identity "+tc.identity+")"); named != (tc.identity != "") {
+					t.Errorf("EDE %q names the identity: %v, want %v", e[0].ExtraText, named, tc.identity != "")
 				}
 				return
 			}
