@@ -22,6 +22,7 @@ func TestSandboxIdentityDNS(t *testing.T) {
 		pol := h.w.WriteFile(t, "identity-dns-policy-"+h.rt+".yaml", []byte(sbIdentityPolicy))
 		name, _ := h.create(t, "iddns", "--policy", pol)
 		t.Run("Resolvers", func(t *testing.T) { testIdentityResolvers(t, h, name) })
+		t.Run("List", func(t *testing.T) { testIdentityList(t, h, name) })
 		t.Run("HandOver", func(t *testing.T) { testIdentityDNSHandOver(t, h, name) })
 	})
 }
@@ -58,6 +59,28 @@ func testIdentityResolvers(t *testing.T, h *hostile, name string) {
 		if !seen[want] {
 			t.Errorf("no DNS audit event %q for %s (have %v)", want, testnet.NameAPI, seen)
 		}
+	}
+}
+
+// testIdentityList: `sandbox list` counts each identity's proxy bytes and denials apart.
+func testIdentityList(t *testing.T, h *hostile, name string) {
+	if _, code, _ := parseCurl(t, h.asSh(t, name, "reviewer", curlScript("https://allowed.test:8443/read/x"))); code != 200 {
+		t.Fatalf("reviewer GET /read/x: status %d, want 200", code)
+	}
+	info, ok := h.info(t, name)
+	if !ok {
+		t.Fatal("the sandbox is not listed")
+	}
+	got := map[string][2]int64{}
+	for _, id := range info.Identities {
+		got[id.Name] = [2]int64{id.ProxyBytes, id.Denies}
+	}
+	// reviewer: its read's bytes, and the DNS refusals of Resolvers; author: nothing refused.
+	if r := got["reviewer"]; r[0] == 0 || r[1] == 0 {
+		t.Errorf("reviewer: proxy bytes %d, denies %d; want both counted (list %+v)", r[0], r[1], info.Identities)
+	}
+	if a := got["author"]; a[1] != 0 {
+		t.Errorf("author: denies %d, want 0 (list %+v)", a[1], info.Identities)
 	}
 }
 
