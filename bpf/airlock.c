@@ -741,25 +741,30 @@ static __always_inline int dns_query_key(struct __sk_buff *skb, struct dns_key *
 
 /* record_dns notes which cgroup's task sent a UDP query to the DNS filter (dns_sk, 0 when it
  * cannot be told), keyed as the filter receives it (dns_key). Two queries with one key from
- * different cgroups (two sockets sharing an address and port, SO_REUSEADDR) make the key's
- * entry 0, so the filter refuses rather than guess: the first is inserted (BPF_NOEXIST,
- * atomic), any other that differs overwrites it with 0. */
-static __always_inline void record_dns(struct __sk_buff *skb, struct bpf_sock *sk)
+ * different cgroups (two sockets sharing an address and port, SO_REUSEADDR; or a port and ID
+ * used again while the first query's entry lives) make the key's entry 0, so the filter
+ * refuses rather than guess: the first is inserted (BPF_NOEXIST, atomic), any other that
+ * differs overwrites it with 0. It returns 0 for a packet it cannot key: the caller drops it,
+ * since the filter would look up an entry another query left. A UDP GSO super-packet
+ * (UDP_SEGMENT) is one of those: the filter receives each segment as a datagram, and only the
+ * first one's ID is here. */
+static __always_inline int record_dns(struct __sk_buff *skb, struct bpf_sock *sk)
 {
 	struct dns_key k = {};
-	if (!dns_query_key(skb, &k))
-		return;
+	if (skb->gso_size || !dns_query_key(skb, &k))
+		return 0;
 	struct peer_val v = {};
 	struct peer_val *snd = bpf_sk_storage_get(&dns_sk, sk, 0, 0);
 	if (snd && snd->cgid != DNS_CG_MIXED)
 		v.cgid = snd->cgid;
 	if (bpf_map_update_elem(&dns_cg, &k, &v, BPF_NOEXIST) == 0)
-		return;
+		return 1;
 	struct peer_val *old = bpf_map_lookup_elem(&dns_cg, &k);
 	if (old && old->cgid != v.cgid) {
 		struct peer_val none = {};
 		bpf_map_update_elem(&dns_cg, &k, &none, BPF_ANY);
 	}
+	return 1;
 }
 
 SEC("cgroup_skb/egress")
@@ -781,8 +786,12 @@ int egress(struct __sk_buff *skb)
 		 * connections that already exist. */
 		goto pass;
 	}
-	if (parsed && proto == IPPROTO_UDP && is_listener(addr, port, IPPROTO_UDP))
-		record_dns(skb, sk);
+	if (parsed && proto == IPPROTO_UDP && is_listener(addr, port, IPPROTO_UDP) && !record_dns(skb, sk)) {
+		/* Never sent, report mode or not: the filter could take it for another query. */
+		count_deny();
+		emit(HOOK_EGRESS, DENY_PROTOCOL, addr, port, proto, sk->family, sk->type, 0, 0);
+		return VERDICT_DENY;
+	}
 	struct mark *m = bpf_sk_storage_get(&marks, sk, 0, 0);
 	if (m) {
 		if (m->flags & MARK_ANY)

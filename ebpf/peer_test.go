@@ -128,6 +128,24 @@ func TestQueryCgroup(t *testing.T) {
 	}
 }
 
+// TestQueryGSORefused: a UDP GSO super-packet to the DNS listener is never sent: the
+// listener would receive each segment as a datagram, and only the first one's ID is recorded,
+// so a later segment could match the record another query left.
+func TestQueryGSORefused(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Identities = true })
+	p := f.probe(nil)
+	if got := p.Do(t, "udpgso 4 "+dnsAddr.String()); got != "EPERM" {
+		t.Errorf("UDP GSO to the DNS listener: %s, want EPERM", got)
+	}
+	f.assertNoDatagram(f.dns, dnsAddr)
+	if got := p.Do(t, "sendto 4 "+dnsAddr.String()); got != "OK" {
+		t.Fatalf("a plain datagram to the DNS listener: %s", got)
+	}
+	if from, id := f.readQuery(); id != uint16('p')<<8|'r' {
+		t.Errorf("read %#x from %v, want the plain datagram", id, from)
+	}
+}
+
 // readQuery reads one datagram from the fixture's DNS listener and returns its source and
 // its first two bytes, big-endian (a DNS message's ID).
 func (f *fixture) readQuery() (netip.AddrPort, uint16) {
