@@ -42,11 +42,18 @@ func testIdentityResolvers(t *testing.T, h *hostile, name string) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, "198.18.0.10") {
 		t.Errorf("reviewer: getent hosts %s: %s, want 198.18.0.10", testnet.NameAllowed, r)
 	}
-	// dig shows the refusal's Extended DNS Error, which names the identity and the reason.
-	r = h.asSh(t, name, "reviewer", "dig +tries=1 +time=5 "+testnet.NameAPI+" A")
-	for _, want := range []string{"status: REFUSED", "EDE: 15 (Blocked)", "(identity reviewer): no_rule"} {
-		if !strings.Contains(r.Stdout, want) {
-			t.Errorf("reviewer: dig %s: no %q in %s", testnet.NameAPI, want, r)
+	// dig shows the refusal's Extended DNS Error, which names the identity and the reason;
+	// over TCP the query is its connection's, with the same answers.
+	for _, transport := range []string{"+notcp", "+tcp"} {
+		r = h.asSh(t, name, "reviewer", "dig +tries=1 +time=5 "+transport+" "+testnet.NameAPI+" A")
+		for _, want := range []string{"status: REFUSED", "EDE: 15 (Blocked)", "(identity reviewer): no_rule"} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("reviewer: dig %s %s: no %q in %s", transport, testnet.NameAPI, want, r)
+			}
+		}
+		r = h.asSh(t, name, "author", "dig +tries=1 +time=5 +short "+transport+" "+testnet.NameAPI+" A")
+		if strings.TrimSpace(r.Stdout) != "198.19.0.10" {
+			t.Errorf("author: dig %s %s: %s, want 198.19.0.10", transport, testnet.NameAPI, r)
 		}
 	}
 	// Forged environment chooses nothing.
