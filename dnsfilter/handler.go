@@ -23,7 +23,7 @@ type query struct {
 	reply   *dns.Msg
 	name    string // normalised question name (no trailing dot), for the book and audit
 	tcp     bool   // received over TCP
-	book    *book  // where its answer's addresses are recorded (bookFor)
+	book    *book  // where its answer's addresses are recorded (set by policyFor)
 	ev      audit.Event
 	start   time.Time
 	udpSize int // largest answer the client takes over UDP; 0 over TCP
