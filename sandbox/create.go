@@ -99,7 +99,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		if err := c.awaitCreate(); err != nil {
 			return "", err
 		}
-		if c.st.Network == NetworkNone {
+		if c.st.Network == NetworkNone || c.st.SidecarInProcess {
 			return "the command waits for the sandbox to start it", nil
 		}
 		pid, _ := readPid(c.st.sidecarPidFile())
@@ -473,6 +473,17 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if st.Network == NetworkNone {
 		return "none (--network none: nothing to proxy, no DNS)", nil
 	}
+	timeout := c.o.ReadyTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	if c.deferSupervisor && m.RunSidecar != nil {
+		// The sidecar binds its admin listener to a port the kernel picks: no window between
+		// choosing a free port and binding it for another process to take it.
+		st.AdminAddr = "127.0.0.1:0"
+		st.SidecarArgs = sidecarArgs(st, c.o)
+		return m.doSidecarHere(c, timeout)
+	}
 	var err error
 	if st.AdminAddr, err = freeLoopbackAddr(); err != nil {
 		return "", err
@@ -500,10 +511,6 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.Store.Save(st); err != nil { // the supervisor's pid, for delete and reap
 		return "", err
 	}
-	timeout := c.o.ReadyTimeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
 	if err := m.waitSidecar(ctx, st, sidecarDone, notify, timeout); err != nil {
 		return "", err
 	}
@@ -513,6 +520,20 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	}
 	return fmt.Sprintf("pid %d (%s), proxy %s:%d, DNS :%d, model API :%d, admin %s",
 		m.sidecarPid(st), sup, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
+}
+
+// doSidecarHere is doSidecar for a sandbox made for one command when Manager.RunSidecar is
+// set: the sidecar runs in this process, supervised here.
+func (m *Manager) doSidecarHere(c *creation, timeout time.Duration) (string, error) {
+	st := c.st
+	if err := m.startSidecarHere(st, &c.o, timeout); err != nil {
+		return "", err
+	}
+	if err := m.Store.Save(st); err != nil { // this process as sidecar and supervisor, for delete and reap
+		return "", err
+	}
+	return fmt.Sprintf("in this process (%d), proxy %s:%d, DNS :%d, model API :%d, admin %s",
+		st.SupervisorPid, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
 }
 
 // undoSidecar stops the supervisor (which stops its sidecar gracefully: the sidecar revokes
@@ -534,7 +555,10 @@ func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 		}
 	}
 	// A sidecar whose supervisor died (it gets SIGTERM then, but may be slow) or was killed.
-	if pid, start := readPid(st.sidecarPidFile()); pid > 0 {
+	// Not one in exec --ephemeral's process: that process is the command's, stopHere ended
+	// the sidecar if it is this one, and another process's delete leaves it alone (it ends
+	// its sidecar itself once the container's undo has ended its command).
+	if pid, start := readPid(st.sidecarPidFile()); pid > 0 && !st.SidecarInProcess {
 		if err := m.ops().StopProcess(pid, start, StopGrace); err != nil {
 			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
 		}

@@ -73,7 +73,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		return nil, err
 	}
 	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{},
-		Archive: archiveUsage(store.StateRoot), Images: images}, nil
+		Archive: archiveUsage(store.StateRoot), Images: images, RunSidecar: runHere}, nil
 }
 
 // imageCache is the layer cache of the state directory; registry pulls go out through the
