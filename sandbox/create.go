@@ -51,6 +51,11 @@ type creation struct {
 	// starts in this process (superviseHere): on the way to ready its start-up would take the
 	// CPU the sidecar and the runtime need.
 	deferSupervisor bool
+	// here is the in-process sidecar begun for a OnceProcess (beginSidecarHere), its log and
+	// the error it failed to begin with, until startSidecarHere takes it over.
+	here    HereSidecar
+	hereLog *os.File
+	hereErr error
 }
 
 // awaitCreate waits for the runtime's create of the container (a OnceProcess), once.
@@ -92,8 +97,17 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 	}
 	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
 		_ = c.awaitCreate() // never delete under a create still running
+		c.dropSidecarHere()
 		return m.undoContainer(ctx, st)
 	}, "cgroup", false}
+	if m.RunSidecar != nil && c.st.Network != NetworkNone {
+		// The in-process sidecar starts before the bundle is written: its start overlaps the
+		// bundle's and the runtime's create.
+		early.do = func(ctx context.Context, c *creation) (string, error) {
+			m.beginSidecarHere(c)
+			return m.doContainerEarly(ctx, c)
+		}
+	}
 	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
@@ -478,10 +492,6 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 		timeout = 30 * time.Second
 	}
 	if c.deferSupervisor && m.RunSidecar != nil {
-		// The sidecar binds its admin listener to a port the kernel picks: no window between
-		// choosing a free port and binding it for another process to take it.
-		st.AdminAddr = "127.0.0.1:0"
-		st.SidecarArgs = sidecarArgs(st, c.o)
 		return m.doSidecarHere(c, timeout)
 	}
 	var err error
@@ -526,7 +536,7 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 // set: the sidecar runs in this process, supervised here.
 func (m *Manager) doSidecarHere(c *creation, timeout time.Duration) (string, error) {
 	st := c.st
-	if err := m.startSidecarHere(st, &c.o, timeout); err != nil {
+	if err := m.startSidecarHere(c, timeout); err != nil {
 		return "", err
 	}
 	if err := m.Store.Save(st); err != nil { // this process as sidecar and supervisor, for delete and reap

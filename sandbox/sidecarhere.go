@@ -24,25 +24,62 @@ type HereSidecar interface {
 	AdminAddr() string
 }
 
-// startSidecarHere runs st's sidecar inside this process (Manager.RunSidecar) and waits until
-// it is ready, fails, or timeout passes. It is supervised here too: a sidecar that stops on
-// its own while the sandbox is wanted is started again after the supervisor's back-off (a
-// panic, though, ends this process, and with it the sandbox's one command; the kernel
-// programs stay attached, so the sandbox stays closed until reap). st records this process as
-// both supervisor and sidecar; stopHere stops them.
-func (m *Manager) startSidecarHere(st *State, o *CreateOptions, timeout time.Duration) error {
+// beginSidecarHere starts the in-process sidecar of c (Manager.RunSidecar) without waiting
+// for it: Create calls it before the container's bundle is written and the runtime started,
+// so that the sidecar's start overlaps theirs; startSidecarHere waits for it. The sidecar
+// binds its admin listener to a port the kernel picks: no window between choosing a free port
+// and binding it for another process to take it.
+func (m *Manager) beginSidecarHere(c *creation) {
+	st := c.st
+	st.AdminAddr = "127.0.0.1:0"
+	st.SidecarArgs = sidecarArgs(st, c.o)
 	logOut, err := os.OpenFile(st.LogFile(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return fmt.Errorf("start sidecar: open log: %w", err)
+		c.hereErr = fmt.Errorf("start sidecar: open log: %w", err)
+		return
 	}
-	first, err := m.runSidecarHere(st, logOut, timeout)
-	if err != nil {
+	c.hereLog = logOut
+	if c.here, err = m.RunSidecar(st.SidecarArgs, logOut); err != nil {
+		c.hereErr = fmt.Errorf("start sidecar: %w", err)
+	}
+}
+
+// dropSidecarHere stops an in-process sidecar begun for c that startSidecarHere has not
+// taken over (a step between them failed).
+func (c *creation) dropSidecarHere() {
+	if c.here != nil {
+		c.here.Stop()
+		c.here = nil
+	}
+	if c.hereLog != nil {
+		c.hereLog.Close()
+		c.hereLog = nil
+	}
+}
+
+// startSidecarHere waits until c's in-process sidecar (begun by beginSidecarHere, or now) is
+// ready, fails, or timeout passes. It is supervised here too: a sidecar that stops on its own
+// while the sandbox is wanted is started again after the supervisor's back-off (a panic,
+// though, ends this process, and with it the sandbox's one command; the kernel programs stay
+// attached, so the sandbox stays closed until reap). st records this process as both
+// supervisor and sidecar; stopHere stops them.
+func (m *Manager) startSidecarHere(c *creation, timeout time.Duration) error {
+	if c.here == nil && c.hereErr == nil {
+		m.beginSidecarHere(c)
+	}
+	st, first, logOut := c.st, c.here, c.hereLog
+	if c.hereErr != nil {
+		c.dropSidecarHere()
+		return c.hereErr
+	}
+	c.here, c.hereLog = nil, nil // taken over: stopped below on failure, else by stopHere
+	if err := awaitSidecarHere(first, timeout); err != nil {
 		logOut.Close()
 		return err
 	}
 	// Its restarts reuse the port it got.
 	st.AdminAddr = first.AdminAddr()
-	st.SidecarArgs = sidecarArgs(st, *o)
+	st.SidecarArgs = sidecarArgs(st, c.o)
 	pid := os.Getpid()
 	tick, _ := m.ops().ProcStart(pid)
 	st.SupervisorPid, st.SupervisorTick, st.SupervisorInProcess, st.SidecarInProcess = pid, tick, true, true
@@ -54,7 +91,8 @@ func (m *Manager) startSidecarHere(st *State, o *CreateOptions, timeout time.Dur
 	logger := logrus.New()
 	logger.SetOutput(logOut)
 	logger.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
-	s := &supervisor{st: st, logOut: logOut, backoff: minBackoff, everReady: true,
+	watched := *st // the loop reads its own copy while Create goes on writing st
+	s := &supervisor{st: &watched, logOut: logOut, backoff: minBackoff, everReady: true,
 		log: logger.WithFields(logrus.Fields{"sandbox": st.Name, "component": "supervisor"}),
 		wanted: func() bool {
 			cur, err := m.Store.Load(st.Name)
@@ -62,10 +100,8 @@ func (m *Manager) startSidecarHere(st *State, o *CreateOptions, timeout time.Dur
 		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	watched := *st // the loop reads its own copy while Create goes on writing st
 	go func() {
 		defer logOut.Close()
-		s.st = &watched
 		done <- m.superviseSidecarHere(ctx, s, first, timeout)
 	}()
 	m.hereMu.Lock()
@@ -77,26 +113,36 @@ func (m *Manager) startSidecarHere(st *State, o *CreateOptions, timeout time.Dur
 	return nil
 }
 
-// runSidecarHere starts one in-process sidecar of st and waits until it is ready.
+// awaitSidecarHere waits until sc is ready; when it stops first or timeout passes, it is
+// stopped and the error says why.
+func awaitSidecarHere(sc HereSidecar, timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-sc.Ready():
+		return nil
+	case err := <-sc.Done():
+		if err == nil {
+			err = errors.New("it stopped")
+		}
+		return fmt.Errorf("the sidecar did not start: %w", err)
+	case <-timer.C:
+		sc.Stop()
+		return fmt.Errorf("the sidecar did not start: not ready after %s", timeout)
+	}
+}
+
+// runSidecarHere starts one more in-process sidecar of st (a restart) and waits until it is
+// ready.
 func (m *Manager) runSidecarHere(st *State, logOut *os.File, timeout time.Duration) (HereSidecar, error) {
 	sc, err := m.RunSidecar(st.SidecarArgs, logOut)
 	if err != nil {
 		return nil, fmt.Errorf("start sidecar: %w", err)
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-sc.Ready():
-		return sc, nil
-	case err := <-sc.Done():
-		if err == nil {
-			err = errors.New("it stopped")
-		}
-		return nil, fmt.Errorf("the sidecar did not start: %w", err)
-	case <-timer.C:
-		sc.Stop()
-		return nil, fmt.Errorf("the sidecar did not start: not ready after %s", timeout)
+	if err := awaitSidecarHere(sc, timeout); err != nil {
+		return nil, err
 	}
+	return sc, nil
 }
 
 // superviseSidecarHere watches the in-process sidecar run until ctx ends (then stops it) and starts

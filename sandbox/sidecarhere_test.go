@@ -169,3 +169,42 @@ func TestSidecarInProcess(t *testing.T) {
 	}
 	wantClean(t, m, h, "here")
 }
+
+// TestSidecarInProcessFailures: an in-process sidecar that fails before it is ready fails the
+// sidecar step with its reason; one begun before a container step that fails is stopped;
+// both leave nothing behind.
+func TestSidecarInProcessFailures(t *testing.T) {
+	o := testOptions(t, "herefail")
+	o.Once, o.OnceProcess = true, &OnceProcess{Argv: []string{"true"}}
+
+	m, h, _ := newTestManager(t)
+	m.RunSidecar = func(args []string, log io.Writer) (HereSidecar, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		f := &fakeHereSidecar{ln: ln, ready: make(chan struct{}), done: make(chan error, 1), srv: &http.Server{ReadHeaderTimeout: time.Second}}
+		f.end(errors.New("policy.yaml:3:1: spec: unknown field"))
+		return f, nil
+	}
+	_, err := m.Create(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "step sidecar: the sidecar did not start: policy.yaml:3:1") {
+		t.Errorf("Create with a sidecar that fails = %v, want the sidecar step's failure with its reason", err)
+	}
+	wantClean(t, m, h, "herefail")
+
+	m, h, _ = newTestManager(t)
+	rec := &hereRecorder{h: h, started: make(chan struct{}, 8)}
+	m.RunSidecar = rec.run
+	h.failBefore["WriteBundle"] = errors.New("injected")
+	if _, err := m.Create(context.Background(), o); err == nil || !strings.Contains(err.Error(), "step container") {
+		t.Errorf("Create with a failing bundle = %v, want the container step's failure", err)
+	}
+	if rec.starts() != 1 {
+		t.Fatalf("RunSidecar calls: %d, want the sidecar begun before the container step", rec.starts())
+	}
+	if err := rec.running[0].srv.Serve(rec.running[0].ln); !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("the sidecar begun before the failed container step still serves (Serve: %v)", err)
+	}
+	wantClean(t, m, h, "herefail")
+}
