@@ -424,6 +424,11 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		var once *sandbox.OnceProcess
 		if !term.IsTerminal(int(os.Stdin.Fd())) && sandbox.CreatesOnce(c.runtime) {
 			once = &sandbox.OnceProcess{Argv: argv, Exec: o, Stdio: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}}
+			if c.network != sandbox.NetworkNone {
+				// The sidecar runs in this process (Manager.RunSidecar): its kernel objects
+				// load beside the sandbox's other steps.
+				ebpf.Preload()
+			}
 		}
 		remove, err := createEphemeral(m, c, name, once, stderr)
 		if err != nil {
