@@ -25,6 +25,9 @@ type env struct {
 	progress func(format string, a ...any)
 	// airlockBin is the binary the airlock leg ran, once it has; "" before.
 	airlockBin string
+	// squidConf is the configuration the HTTP section's Squid last ran with, printed in its
+	// report; nil before.
+	squidConf []byte
 }
 
 // proxyRun is one started proxy.
@@ -109,15 +112,22 @@ type airlockOpts struct {
 	env         []string // added to the environment (SSL_CERT_FILE for the HTTPS section)
 	pprof       bool     // --admin-pprof, so the bench can take profiles
 	args        []string // further flags (the chained leg's --upstream-proxy)
+	bin         string   // run this binary (-baseline-bin); "" = the airlock under test
 }
 
 // startAirlockWith starts airlock with the policy file body and opts.
 func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, opts airlockOpts) (*proxyRun, error) {
-	bin, err := airlockBinary(ctx, e, dir)
-	if err != nil {
-		return nil, err
+	bin := opts.bin
+	if bin == "" {
+		// Built once per bench: every later start runs the same binary.
+		if bin = e.airlockBin; bin == "" {
+			var err error
+			if bin, err = airlockBinary(ctx, e, dir); err != nil {
+				return nil, err
+			}
+		}
+		e.airlockBin = bin
 	}
-	e.airlockBin = bin
 	policyPath := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyPath, policy, 0o644); err != nil {
 		return nil, err
@@ -336,6 +346,7 @@ func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 	if err := os.WriteFile(conf, body, 0o644); err != nil {
 		return nil, err
 	}
+	e.squidConf = body
 	// -N: one process in the foreground, so the bench owns it. SMP workers need Squid's
 	// master process; --foreground keeps that master attached to the bench instead.
 	// -d1: startup errors to stderr.

@@ -19,8 +19,16 @@ import (
 	"time"
 )
 
-// tlsLegNames are the HTTPS section's legs, in run order (filtered by -only).
-var tlsLegNames = []string{targetDirect, targetAirlock, "squid"}
+// tlsLegNames are the HTTPS section's legs, in run order (filtered by -only; the baseline
+// only with -baseline-bin, and only beside airlock).
+var tlsLegNames = []string{targetDirect, targetAirlock, targetBaseline, "squid"}
+
+// squidLegs are the legs of a test against Squid; baseLegs those of a test no worse than the
+// baseline, which Squid 5.7 cannot run (HTTP/2).
+var (
+	squidLegs = []string{targetDirect, targetAirlock, "squid"}
+	baseLegs  = []string{targetDirect, targetAirlock, targetBaseline}
+)
 
 // tlsEnv is what the HTTPS section's legs share.
 type tlsEnv struct {
@@ -32,6 +40,7 @@ type tlsEnv struct {
 	dns       *benchDNS
 	roots     *x509.CertPool // the upstream CA, Squid's and airlock's
 	squidConf []byte         // the configuration Squid ran with, printed in the report
+	rss       *rssSamples    // idle RSS of fresh starts of airlock and the baseline; nil without one
 }
 
 // tlsLeg is one target of the HTTPS section.
@@ -114,32 +123,32 @@ func tlsTests(cfg config) []*tlsTest {
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runBulk(ctx, c, cfg.bulkBytes)
 			}},
-		{name: "intercepted keep-alive", key: "keepalive", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted keep-alive", key: "keepalive", unit: "req/s", legs: squidLegs, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runKeepAlive(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted POST 1-4 KiB JSON, Content-Length", key: "post-length", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted POST 1-4 KiB JSON, Content-Length", key: "post-length", unit: "req/s", legs: squidLegs, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runPosts(ctx, c, cfg.tlsConns, d, false)
 			}},
-		{name: "intercepted POST 1-4 KiB JSON, chunked", key: "post-chunked", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted POST 1-4 KiB JSON, chunked", key: "post-chunked", unit: "req/s", legs: squidLegs, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runPosts(ctx, c, cfg.tlsConns, d, true)
 			}},
-		{name: "intercepted chunked gzip response", key: "gzip", unit: "req/s", legs: tlsLegNames, other: "squid", ratio: 2,
+		{name: "intercepted chunked gzip response", key: "gzip", unit: "req/s", legs: squidLegs, other: "squid", ratio: 2,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runGzip(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted gRPC streaming", key: "grpc", unit: "msg/s", legs: []string{targetDirect, targetAirlock},
+		{name: "intercepted gRPC streaming", key: "grpc", unit: "msg/s", legs: baseLegs,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runGRPCStream(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted h2 (h2load)", key: "h2", unit: "req/s", legs: []string{targetDirect, targetAirlock},
+		{name: "intercepted h2 (h2load)", key: "h2", unit: "req/s", legs: baseLegs,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runH2load(ctx, te, c, cfg.tlsConns, d)
@@ -165,7 +174,7 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 		}
 	}()
 	for _, name := range tlsLegNames {
-		if !slices.Contains(e.cfg.only, name) {
+		if !slices.Contains(e.cfg.only, name) && (name != targetBaseline || !hasBaseline(e.cfg)) {
 			continue
 		}
 		l := &tlsLeg{name: name}
@@ -174,6 +183,9 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 			l.problem = "start: " + err.Error()
 			e.progress("https %s: %s", name, l.problem)
 		}
+	}
+	if hasBaseline(e.cfg) {
+		te.rss = te.sampleIdleRSS(ctx)
 	}
 	var outs []*tlsOutcome
 	for _, t := range tlsTests(e.cfg) {
@@ -218,7 +230,11 @@ func setUpTLS(ctx context.Context, e *env, dir string) (*tlsEnv, error) {
 
 // startLeg starts a proxy leg and records its idle RSS.
 func (te *tlsEnv) startLeg(ctx context.Context, l *tlsLeg) error {
-	dir := filepath.Join(te.dir, l.name)
+	return te.startLegIn(ctx, l, filepath.Join(te.dir, l.name))
+}
+
+// startLegIn starts a proxy leg with its files in dir and records its idle RSS.
+func (te *tlsEnv) startLegIn(ctx context.Context, l *tlsLeg, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -227,7 +243,9 @@ func (te *tlsEnv) startLeg(ctx context.Context, l *tlsLeg) error {
 	case targetDirect:
 		return nil
 	case targetAirlock:
-		l.pr, err = te.startAirlock(ctx, dir)
+		l.pr, err = te.startAirlock(ctx, dir, "")
+	case targetBaseline:
+		l.pr, err = te.startAirlock(ctx, dir, te.e.cfg.baselineBin)
 	case "squid":
 		l.pr, err = te.startSquid(ctx, dir)
 	}
@@ -263,7 +281,8 @@ spec:
     bench-token: {file: %[2]q}
 `
 
-func (te *tlsEnv) startAirlock(ctx context.Context, dir string) (*proxyRun, error) {
+// startAirlock starts airlock, or bin when not "" (the baseline), with the section's policy.
+func (te *tlsEnv) startAirlock(ctx context.Context, dir, bin string) (*proxyRun, error) {
 	secret := filepath.Join(dir, "bench-token")
 	if err := os.WriteFile(secret, []byte(tlsToken+"\n"), 0o600); err != nil {
 		return nil, err
@@ -271,7 +290,7 @@ func (te *tlsEnv) startAirlock(ctx context.Context, dir string) (*proxyRun, erro
 	_, port, _ := strings.Cut(te.upstream, ":")
 	pol := fmt.Appendf(nil, tlsAirlockPolicy, port, secret, tlsTunnelHost, tlsInjectHost)
 	pr, err := startAirlockWith(ctx, te.e, dir, pol, airlockOpts{upstreamDNS: te.dns.addr,
-		env: []string{"SSL_CERT_FILE=" + te.pki.caFile}, pprof: te.e.cfg.profileDir != ""})
+		env: []string{"SSL_CERT_FILE=" + te.pki.caFile}, pprof: te.e.cfg.profileDir != "", bin: bin})
 	if err != nil {
 		return nil, err
 	}
@@ -413,7 +432,7 @@ func (te *tlsEnv) measure(ctx context.Context, t *tlsTest, l *tlsLeg, n int) (tl
 	if served1-served0 < res.ops {
 		return rd, fmt.Errorf("the upstream served %d of %d responses", served1-served0, res.ops)
 	}
-	te.e.progress("https round %d/%d: %-24s %-8s %9.1f %s", n+1, te.e.cfg.rounds, t.name, l.name, res.rate(t.bytes), t.unit)
+	te.e.progress("https round %d/%d: %-24s %-12s %9.1f %s", n+1, te.e.cfg.rounds, t.name, l.name, res.rate(t.bytes), t.unit)
 	return rd, nil
 }
 
