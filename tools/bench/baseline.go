@@ -23,7 +23,7 @@ const (
 	// median over the baseline's, paired by round, at least this.
 	baselineRatio = 0.95
 	// idleRSSSamples is how many fresh starts of each binary the idle RSS comparison takes.
-	idleRSSSamples = 5
+	idleRSSSamples = 9
 	// idleRSSTolerance is how much higher airlock's median idle RSS may read than the
 	// baseline's and still count as "not higher": the spread of one binary's own idle RSS
 	// over fresh starts on this machine (README, "Baseline"), so that the same binary on
