@@ -194,3 +194,26 @@ func TestBaselineFlags(t *testing.T) {
 		t.Errorf("a baseline without the airlock leg: err %v, hasBaseline %v; want no baseline leg", err, hasBaseline(c))
 	}
 }
+
+func TestCopyExecutable(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	body := []byte("#!/bin/sh\necho baseline\n")
+	if err := os.WriteFile(src, body, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyExecutable(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil || string(got) != string(body) {
+		t.Fatalf("copy reads %q, %v; want %q", got, err, body)
+	}
+	if fi, _ := os.Stat(dst); fi.Mode().Perm()&0o111 == 0 {
+		t.Errorf("copy mode %v, want executable", fi.Mode())
+	}
+	// A copy never overwrites a file already there (each run copies into its own directory).
+	if err := copyExecutable(src, dst); err == nil {
+		t.Error("second copy onto the same path: no error")
+	}
+}

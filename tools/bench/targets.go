@@ -163,7 +163,7 @@ func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, op
 		}
 	}
 	cmd.Env = append(cmd.Env, opts.env...)
-	e.progress("airlock %s", strings.Join(args, " "))
+	e.progress("%s %s", bin, strings.Join(args, " "))
 	// stderr carries logs and a copy of every audit line: it goes to a file, never a pipe.
 	p, err := startProc("airlock", cmd, filepath.Join(dir, "airlock.log"))
 	if err != nil {

@@ -41,6 +41,9 @@ type tlsEnv struct {
 	roots     *x509.CertPool // the upstream CA, Squid's and airlock's
 	squidConf []byte         // the configuration Squid ran with, printed in the report
 	rss       *rssSamples    // idle RSS of fresh starts of airlock and the baseline; nil without one
+	// airBin and baseBin are the copies of airlock and of -baseline-bin the section runs when
+	// it has a baseline (copyBinaries); "" without one.
+	airBin, baseBin string
 }
 
 // tlsLeg is one target of the HTTPS section.
@@ -173,6 +176,11 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 			}
 		}
 	}()
+	if hasBaseline(e.cfg) {
+		if err := te.copyBinaries(ctx); err != nil {
+			return te, nil, nil, err
+		}
+	}
 	for _, name := range tlsLegNames {
 		if !slices.Contains(e.cfg.only, name) && (name != targetBaseline || !hasBaseline(e.cfg)) {
 			continue
@@ -243,9 +251,9 @@ func (te *tlsEnv) startLegIn(ctx context.Context, l *tlsLeg, dir string) error {
 	case targetDirect:
 		return nil
 	case targetAirlock:
-		l.pr, err = te.startAirlock(ctx, dir, "")
+		l.pr, err = te.startAirlock(ctx, dir, te.airBin)
 	case targetBaseline:
-		l.pr, err = te.startAirlock(ctx, dir, te.e.cfg.baselineBin)
+		l.pr, err = te.startAirlock(ctx, dir, te.baseBin)
 	case "squid":
 		l.pr, err = te.startSquid(ctx, dir)
 	}

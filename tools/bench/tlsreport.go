@@ -108,15 +108,15 @@ func printRSSSamples(w io.Writer, s *rssSamples) {
 		return
 	}
 	for _, l := range []struct {
-		name string
-		xs   []int64
-	}{{targetAirlock, s.air}, {targetBaseline, s.base}} {
+		name      string
+		xs, files []int64
+	}{{targetAirlock, s.air, s.airFile}, {targetBaseline, s.base, s.baseFile}} {
 		var each []string
 		for _, x := range l.xs {
 			each = append(each, fmt.Sprintf("%.2f", mib(x)))
 		}
-		fmt.Fprintf(w, "idle RSS of %d fresh starts, %-13s median %.2f MiB, spread %.2f MiB (%s)\n", len(l.xs), l.name+":",
-			mib(s.median(l.xs)), mib(spread(l.xs)), strings.Join(each, ", "))
+		fmt.Fprintf(w, "idle RSS of %d fresh starts, %-13s median %.2f MiB (file-backed %.2f), spread %.2f MiB (%s)\n", len(l.xs), l.name+":",
+			mib(s.median(l.xs)), mib(s.median(l.files)), mib(spread(l.xs)), strings.Join(each, ", "))
 	}
 	fmt.Fprintf(w, "idle RSS airlock − %s: %+.2f MiB  not higher (tolerance +%.2f MiB): %s\n", targetBaseline,
 		mib(s.delta()), mib(idleRSSTolerance), rssVerdict(s.delta()))
