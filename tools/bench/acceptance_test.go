@@ -193,6 +193,12 @@ func TestBaselineFlags(t *testing.T) {
 	if err != nil || hasBaseline(c) {
 		t.Errorf("a baseline without the airlock leg: err %v, hasBaseline %v; want no baseline leg", err, hasBaseline(c))
 	}
+	if c, err := parseFlags(nil, io.Discard); err != nil || !c.sections || c.runs != 1 || c.baselineBin != "" {
+		t.Errorf("defaults: %+v, %v; want every section, one run, no baseline", c, err)
+	}
+	if c, err := parseFlags([]string{"-sections=false"}, io.Discard); err != nil || c.sections {
+		t.Errorf("-sections=false: sections %v, %v", c.sections, err)
+	}
 }
 
 func TestCopyExecutable(t *testing.T) {

@@ -66,6 +66,7 @@ type config struct {
 	profileDir   string        // write CPU profiles of airlock during the HTTPS tests here
 	baselineBin  string        // an older airlock binary measured beside airlock (baseline.go); "" = none
 	runs         int           // whole runs of the HTTP legs and the HTTPS section (acceptance.go)
+	sections     bool          // run the sections after the HTTP legs and the HTTPS section
 }
 
 const (
@@ -113,6 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of airlock during its first round of each HTTPS test into this `directory`")
 	fs.StringVar(&c.baselineBin, "baseline-bin", "", "also measure this older airlock `binary` as leg "+targetBaseline+
 		" in the HTTPS section (new tunnels, bulk, gRPC, h2, idle RSS), taking turns with airlock, and judge airlock/"+targetBaseline+" against the 5 % rule")
+	fs.BoolVar(&c.sections, "sections", true, "run the sections after the HTTP legs and the HTTPS section (audit cost, DNS, kernel, usage, identity, model API, sandboxes); false: only those two, as the acceptance summary reads them")
 	fs.IntVar(&c.runs, "runs", 1, "whole runs of the HTTP legs and the HTTPS section; the acceptance summary gives each run's ratios and their median")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy, next to a bare\nnet/http forwarder (go-nethttp) as the reference.\n\nFlags:\n")
@@ -305,7 +307,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code = max(code, c)
 	}
 	acc.print(stdout)
-	if !cfg.tlsOnly && !cfg.httpOnly && runSections(ctx, e, root, stdout) != 0 {
+	if cfg.sections && !cfg.tlsOnly && !cfg.httpOnly && runSections(ctx, e, root, stdout) != 0 {
 		code = 1
 	}
 	return code
