@@ -223,3 +223,56 @@ func TestCopyExecutable(t *testing.T) {
 		t.Error("second copy onto the same path: no error")
 	}
 }
+
+func TestRoundOrder(t *testing.T) {
+	names := func(ls []*tlsLeg) string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, l.name)
+		}
+		return strings.Join(out, ",")
+	}
+	legs := func(ns ...string) []*tlsLeg {
+		var out []*tlsLeg
+		for _, n := range ns {
+			out = append(out, &tlsLeg{name: n})
+		}
+		return out
+	}
+	// Without a baseline: the plain rotation, as before.
+	three := legs(targetDirect, targetAirlock, "squid")
+	for r, want := range []string{"direct,airlock,squid", "airlock,squid,direct", "squid,direct,airlock"} {
+		if got := names(roundOrder(three, r, 0)); got != want {
+			t.Errorf("round %d: %s, want %s", r, got, want)
+		}
+	}
+	// With one: airlock and the baseline back to back, swapping places every round and run.
+	four := legs(targetDirect, targetAirlock, targetBaseline, "squid")
+	for _, tc := range []struct {
+		r, run int
+		want   string
+	}{
+		{0, 0, "direct,airlock,airlock-base,squid"},
+		{1, 0, "airlock-base,airlock,squid,direct"},
+		{2, 0, "squid,direct,airlock,airlock-base"},
+		{3, 0, "direct,airlock-base,airlock,squid"},
+		{0, 1, "direct,airlock-base,airlock,squid"},
+	} {
+		if got := names(roundOrder(four, tc.r, tc.run)); got != tc.want {
+			t.Errorf("round %d of run %d: %s, want %s", tc.r, tc.run, got, tc.want)
+		}
+	}
+	// Over an even number of rounds each goes first as often as the other.
+	first := map[string]int{}
+	for r := range 4 {
+		for _, l := range roundOrder(four, r, 0) {
+			if l.name == targetAirlock || l.name == targetBaseline {
+				first[l.name]++
+				break
+			}
+		}
+	}
+	if first[targetAirlock] != 2 || first[targetBaseline] != 2 {
+		t.Errorf("first of the pair over 4 rounds: %v, want 2 each", first)
+	}
+}

@@ -110,7 +110,8 @@ type rssSamples struct {
 	problem           string  // non-empty: a start failed, and why
 }
 
-// sampleIdleRSS starts each binary idleRSSSamples times, alternating which goes first, and
+// sampleIdleRSS starts each binary idleRSSSamples times, alternating which goes first (and
+// which goes first in the first pair, run by run), and
 // reads its idle RSS as startLeg does (after it settled, before any load), each start in a
 // fresh state directory, as a sidecar starts.
 func (te *tlsEnv) sampleIdleRSS(ctx context.Context) *rssSamples {
@@ -120,7 +121,7 @@ func (te *tlsEnv) sampleIdleRSS(ctx context.Context) *rssSamples {
 	defer func() { te.roots = roots }()
 	for i := range idleRSSSamples {
 		order := []string{targetAirlock, targetBaseline}
-		if i%2 == 1 {
+		if (i+te.run)%2 == 1 {
 			order = []string{targetBaseline, targetAirlock}
 		}
 		for _, name := range order {

@@ -44,6 +44,7 @@ type tlsEnv struct {
 	// airBin and baseBin are the copies of airlock and of -baseline-bin the section runs when
 	// it has a baseline (copyBinaries); "" without one.
 	airBin, baseBin string
+	run             int // the run of -runs, from 0
 }
 
 // tlsLeg is one target of the HTTPS section.
@@ -161,11 +162,12 @@ func tlsTests(cfg config) []*tlsTest {
 
 // runTLSBench is the HTTPS section: it starts the TLS upstream, the DNS server and every
 // leg, then runs each test in rounds with the legs taking turns.
-func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, []*tlsOutcome, error) {
+func runTLSBench(ctx context.Context, e *env, root string, run int) (*tlsEnv, []*tlsLeg, []*tlsOutcome, error) {
 	te, err := setUpTLS(ctx, e, filepath.Join(root, "tls"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	te.run = run
 	defer te.up.stop()
 	defer te.dns.close()
 	var legs []*tlsLeg
@@ -348,8 +350,7 @@ func (te *tlsEnv) runTest(ctx context.Context, t *tlsTest, legs []*tlsLeg) *tlsO
 		}
 	}
 	for r := range te.e.cfg.rounds {
-		for i := range mine {
-			l := mine[(i+r)%len(mine)]
+		for _, l := range roundOrder(mine, r, te.run) {
 			if out.problem[l.name] != "" {
 				continue
 			}
@@ -364,6 +365,42 @@ func (te *tlsEnv) runTest(ctx context.Context, t *tlsTest, legs []*tlsLeg) *tlsO
 				return out
 			}
 		}
+	}
+	return out
+}
+
+// roundOrder is the order of the legs in round r of run: they take turns starting at the r-th,
+// as everywhere in the bench, except that airlock and the baseline go as one unit, back to
+// back, and swap places every round and every run, so that neither always follows the other
+// or the same leg (a leg measured after direct's thousands of connections, say). Without a
+// baseline it is the plain rotation.
+func roundOrder(legs []*tlsLeg, r, run int) []*tlsLeg {
+	var air, base *tlsLeg
+	for _, l := range legs {
+		switch l.name {
+		case targetAirlock:
+			air = l
+		case targetBaseline:
+			base = l
+		}
+	}
+	var units [][]*tlsLeg
+	for _, l := range legs {
+		switch {
+		case l == base && air != nil:
+		case l == air && base != nil:
+			pair := []*tlsLeg{air, base}
+			if (r+run)%2 == 1 {
+				pair = []*tlsLeg{base, air}
+			}
+			units = append(units, pair)
+		default:
+			units = append(units, []*tlsLeg{l})
+		}
+	}
+	var out []*tlsLeg
+	for i := range units {
+		out = append(out, units[(i+r)%len(units)]...)
 	}
 	return out
 }

@@ -18,7 +18,7 @@ const idleRSSTarget = 20 << 20
 // does not count), 130 when interrupted, else 0.
 func runTLSSection(ctx context.Context, e *env, root string, w io.Writer, run int, acc *acceptance) int {
 	e.progress("HTTPS section")
-	te, legs, outs, err := runTLSBench(ctx, e, root)
+	te, legs, outs, err := runTLSBench(ctx, e, root, run)
 	if ctx.Err() != nil {
 		return 130
 	}
