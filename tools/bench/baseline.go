@@ -2,10 +2,11 @@ package main
 
 // The baseline of the HTTPS section: with -baseline-bin, an airlock binary built from an
 // older commit runs as one more leg, airlock-base, started and configured exactly as the
-// airlock leg (same policy, flags and environment), in the tests whose acceptance is "no
-// worse than today": new tunnels, one tunnel's bulk, intercepted gRPC streaming and h2
-// (h2load). It takes its turn in every round with the other legs, so airlock/airlock-base
-// is a ratio of two legs measured back to back, as every other ratio of the bench. Its idle
+// airlock leg (same policy, flags and environment), in every test of the section: the
+// acceptance's "no worse than today" names new tunnels, one tunnel's bulk, intercepted gRPC
+// streaming and h2 (h2load), and running the others too gives both processes the same
+// history. It runs back to back with airlock in every round (roundOrder), so
+// airlock/airlock-base is a ratio of two legs measured under the same conditions. Its idle
 // RSS is compared from fresh starts of both binaries, taken in alternation.
 
 import (
