@@ -95,13 +95,13 @@ func printReport(w io.Writer, cfg config, gen generator, e *env, legs []*leg) {
 		}
 	}
 
-	if byName["squid"] != nil && len(e.squidConf) > 0 {
+	if sq := byName["squid"]; sq != nil && sq.pr != nil && len(sq.pr.conf) > 0 {
 		mode := "squid -N: one process, no SMP"
 		if cfg.squidWorkers > 1 {
 			mode = fmt.Sprintf("squid --foreground: SMP, %d workers", cfg.squidWorkers)
 		}
 		// Frozen in the bench (squidConf in targets.go): only the workers follow a flag.
-		printSquidConf(w, fmt.Sprintf("Squid's configuration in this run (%s; access log through the logfile daemon; no cache):", mode), e.squidConf)
+		printSquidConf(w, fmt.Sprintf("Squid's configuration in this run (%s; access log through the logfile daemon; no cache):", mode), sq.pr.conf)
 	}
 
 	air := byName[targetAirlock]

@@ -25,9 +25,6 @@ type env struct {
 	progress func(format string, a ...any)
 	// airlockBin is the binary the airlock leg ran, once it has; "" before.
 	airlockBin string
-	// squidConf is the configuration the HTTP section's Squid last ran with, printed in its
-	// report; nil before.
-	squidConf []byte
 }
 
 // proxyRun is one started proxy.
@@ -39,6 +36,7 @@ type proxyRun struct {
 	// audit reads the proxy's audit trail after it stopped and proves audit was on; nil for
 	// a reference leg, which has none.
 	audit func() (auditStats, error)
+	conf  []byte // the configuration file it ran with, printed in the report (Squid's); nil if none
 }
 
 // auditStats summarises a proxy's audit trail for the measured leg (warm-up included).
@@ -346,7 +344,6 @@ func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 	if err := os.WriteFile(conf, body, 0o644); err != nil {
 		return nil, err
 	}
-	e.squidConf = body
 	// -N: one process in the foreground, so the bench owns it. SMP workers need Squid's
 	// master process; --foreground keeps that master attached to the bench instead.
 	// -d1: startup errors to stderr.
@@ -358,7 +355,7 @@ func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &proxyRun{addr: addr, p: p, audit: func() (auditStats, error) {
+	return &proxyRun{addr: addr, p: p, conf: body, audit: func() (auditStats, error) {
 		return countLog(filepath.Join(dir, "access.log"), "", " TCP_MISS/200 ")
 	}}, nil
 }
