@@ -245,6 +245,9 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 	c.image = kc.Image // one --image for both backends
 	switch c.backend {
 	case "local":
+		if kc.Identities != "" || kc.Containers != "" {
+			return cli.Failf("sandbox create: --identities and --containers are for --backend kubernetes; a local sandbox's processes take an identity with sandbox exec --as IDENTITY")
+		}
 	case "kubernetes":
 		if c.imagePullSecret != "" {
 			return cli.Failf("sandbox create --backend kubernetes: --image-pull-secret is for local sandboxes; a pod pulls with its imagePullSecrets")
