@@ -162,8 +162,12 @@ func (r *accRow) judge() (float64, string) {
 
 // cell renders a figure of the row.
 func (r *accRow) cell(v float64) string {
-	if r.kind == accRSS {
+	switch r.kind {
+	case accRSS:
 		return fmt.Sprintf("%+.2f MiB", mib(int64(v)))
+	case accBaseline:
+		// Three places, so that 0.949 (FAIL) does not read as 0.95.
+		return fmt.Sprintf("%.3f×", v)
 	}
 	return fmt.Sprintf("%.2f×", v)
 }

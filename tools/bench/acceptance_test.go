@@ -72,7 +72,7 @@ func TestAcceptanceAddTLS(t *testing.T) {
 	a := &acceptance{runs: 2}
 	a.addTLS(0, legs, outs, &rssSamples{air: []int64{20 << 20, 21 << 20, 20 << 20}, base: []int64{20 << 20, 20 << 20, 22 << 20}})
 	want := map[string]string{
-		"new tunnels airlock/airlock-base":                "0.96×",
+		"new tunnels airlock/airlock-base":                "0.960×",
 		"new tunnels airlock/squid":                       "", // not a Squid test: no row
 		"intercepted keep-alive airlock/squid":            "1.50×",
 		"intercepted gRPC streaming airlock/airlock-base": "INVALID",
@@ -128,7 +128,7 @@ func TestAcceptancePrint(t *testing.T) {
 	var b strings.Builder
 	a.print(&b)
 	out := b.String()
-	for _, want := range []string{"run 1", "run 3", "0.93×", "0.97×", "≥ 0.95×", "PASS"} {
+	for _, want := range []string{"run 1", "run 3", "0.930×", "0.970×", "≥ 0.95×", "PASS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
@@ -147,8 +147,8 @@ func TestTLSBaselineVerdict(t *testing.T) {
 		problem map[string]string
 		want    string
 	}{
-		{map[string]int64{targetAirlock: 95, targetBaseline: 100}, nil, "PASS"},
-		{map[string]int64{targetAirlock: 94, targetBaseline: 100}, nil, "FAIL"},
+		{map[string]int64{targetAirlock: 95, targetBaseline: 100}, nil, "PASS (0.950×)"},
+		{map[string]int64{targetAirlock: 949, targetBaseline: 1000}, nil, "FAIL (0.949×)"},
 		{map[string]int64{targetAirlock: 200}, map[string]string{targetBaseline: "invalid: round 1: status 403 Forbidden"}, "INVALID"},
 		{nil, map[string]string{targetAirlock: "n/a: h2load not found"}, "n/a"},
 	} {

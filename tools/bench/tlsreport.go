@@ -256,7 +256,7 @@ func tlsBaselineVerdict(o *tlsOutcome) string {
 	if len(rs) == 0 {
 		return "INVALID"
 	}
-	return baselineVerdict(median(rs))
+	return fmt.Sprintf("%s (%.3f×)", baselineVerdict(median(rs)), median(rs))
 }
 
 func tlsVerdict(o *tlsOutcome, other string) string {
