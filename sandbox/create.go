@@ -101,11 +101,14 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		return m.undoContainer(ctx, st)
 	}, "cgroup", false}
 	if m.RunSidecar != nil && c.st.Network != NetworkNone {
-		// The in-process sidecar starts before the bundle is written: its start overlaps the
-		// bundle's and the runtime's create.
+		// The in-process sidecar starts as soon as the runtime's create is under way: that
+		// create, not the sidecar, is what the sandbox waits for longest, so it goes first.
 		early.do = func(ctx context.Context, c *creation) (string, error) {
-			m.beginSidecarHere(c)
-			return m.doContainerEarly(ctx, c)
+			line, err := m.doContainerEarly(ctx, c)
+			if err == nil {
+				m.beginSidecarHere(c)
+			}
+			return line, err
 		}
 	}
 	c.deferSupervisor = true

@@ -56,7 +56,9 @@ func (r *hereRecorder) run(args []string, log io.Writer) (HereSidecar, error) {
 		srv: &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: time.Second}}
 	go func() { _ = f.srv.Serve(ln) }()
 	r.h.mu.Lock()
-	r.h.live["pins "+flagValue(args, "--sandbox")] = true
+	if r.h.attach {
+		r.h.live["pins "+flagValue(args, "--sandbox")] = true
+	}
 	r.h.mu.Unlock()
 	r.mu.Lock()
 	r.args = append(r.args, slices.Clone(args))
@@ -171,8 +173,8 @@ func TestSidecarInProcess(t *testing.T) {
 }
 
 // TestSidecarInProcessFailures: an in-process sidecar that fails before it is ready fails the
-// sidecar step with its reason; one begun before a container step that fails is stopped;
-// both leave nothing behind.
+// sidecar step with its reason; none begins when the container step fails; one that started is
+// stopped when a later step fails; each leaves nothing behind.
 func TestSidecarInProcessFailures(t *testing.T) {
 	o := testOptions(t, "herefail")
 	o.Once, o.OnceProcess = true, &OnceProcess{Argv: []string{"true"}}
@@ -193,6 +195,8 @@ func TestSidecarInProcessFailures(t *testing.T) {
 	}
 	wantClean(t, m, h, "herefail")
 
+	// The sidecar begins once the runtime's create is under way: a container step that fails
+	// begins none.
 	m, h, _ = newTestManager(t)
 	rec := &hereRecorder{h: h, started: make(chan struct{}, 8)}
 	m.RunSidecar = rec.run
@@ -200,11 +204,29 @@ func TestSidecarInProcessFailures(t *testing.T) {
 	if _, err := m.Create(context.Background(), o); err == nil || !strings.Contains(err.Error(), "step container") {
 		t.Errorf("Create with a failing bundle = %v, want the container step's failure", err)
 	}
+	if rec.starts() != 0 {
+		t.Errorf("RunSidecar calls: %d, want none before the runtime's create is under way", rec.starts())
+	}
+	wantClean(t, m, h, "herefail")
+
+	// A step after the sidecar's that fails (production without kernel programs) stops it.
+	m, h, _ = newTestManager(t)
+	rec = &hereRecorder{h: h, started: make(chan struct{}, 8)}
+	m.RunSidecar = rec.run
+	h.attach = false
+	prod := o
+	prod.Environment = EnvProduction
+	if _, err := m.Create(context.Background(), prod); err == nil || !strings.Contains(err.Error(), "step kernel") {
+		t.Errorf("Create in production without kernel programs = %v, want the kernel step's failure", err)
+	}
 	if rec.starts() != 1 {
-		t.Fatalf("RunSidecar calls: %d, want the sidecar begun before the container step", rec.starts())
+		t.Fatalf("RunSidecar calls: %d, want one", rec.starts())
 	}
 	if err := rec.running[0].srv.Serve(rec.running[0].ln); !errors.Is(err, http.ErrServerClosed) {
-		t.Errorf("the sidecar begun before the failed container step still serves (Serve: %v)", err)
+		t.Errorf("the in-process sidecar still serves after the failed create (Serve: %v)", err)
+	}
+	if len(m.here) != 0 {
+		t.Errorf("in-process supervisors left after the failed create: %v", m.here)
 	}
 	wantClean(t, m, h, "herefail")
 }
