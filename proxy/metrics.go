@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,9 @@ type metrics struct {
 	h1Paths     *prometheus.CounterVec   // path: HTTP/1.x requests by the server that read them
 	h1Strict    prometheus.Counter       // h1Paths{path="strict"}
 	h1NetHTTP   prometheus.Counter       // h1Paths{path="nethttp"}
+	// durations holds duration's series of each kind seen (string -> prometheus.Observer),
+	// looked up once rather than per request; a series still appears at its first use.
+	durations sync.Map
 }
 
 func newMetrics() *metrics {
@@ -80,7 +84,11 @@ func (m *metrics) register(r prometheus.Registerer) error {
 // observe counts one finished request or tunnel.
 func (m *metrics) observe(kind, decision, rule string, d time.Duration) {
 	m.requests.WithLabelValues(kind, decision, rule).Inc()
-	m.duration.WithLabelValues(kind).Observe(d.Seconds())
+	o, ok := m.durations.Load(kind)
+	if !ok {
+		o, _ = m.durations.LoadOrStore(kind, m.duration.WithLabelValues(kind))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // countPath counts one HTTP/1.x request on the path that read it ("" counts nothing).
