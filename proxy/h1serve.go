@@ -69,7 +69,9 @@ type h1Conn struct {
 
 // newH1Conn wraps conn, whose first bytes (already read) are prefix.
 func (p *Proxy) newH1Conn(conn net.Conn, prefix []byte, client string) *h1Conn {
-	return &h1Conn{p: p, conn: conn, in: newConnReader(conn, prefix), out: bufio.NewWriterSize(conn, 16<<10), client: client}
+	// armed: whoever read the first bytes (the explicit listener's head read, the tunnel's
+	// handshake) may have left a read deadline on conn; it must not bound a body.
+	return &h1Conn{p: p, conn: conn, in: newConnReader(conn, prefix), out: bufio.NewWriterSize(conn, 16<<10), client: client, armed: true}
 }
 
 // serve serves requests until the connection ends (false) or a head outside the subset
