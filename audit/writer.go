@@ -3,9 +3,14 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"time"
 )
+
+// yieldBelow bounds the batch a Commit caller lets grow before it writes (waitWritten): a
+// batch this large is written at once.
+const yieldBelow = 64 << 10
 
 // ErrClosed is returned by Commit after Close.
 var ErrClosed = errors.New("audit log closed")
@@ -27,12 +32,13 @@ func (l *Logger) Commit(e Event) error {
 }
 
 // waitWritten waits until line seq is written, or its batch's write failed. When no write
-// is under way it writes what is pending itself (lead); when it cannot (a rotation is due,
+// is under way it yields the processor once (so that goroutines ready to commit join the
+// batch) and then writes what is pending itself (lead); when it cannot (a rotation is due,
 // the sink is failing, the Logger is closing) the writer goroutine is asked to, at once.
 func (l *Logger) waitWritten(seq uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	asked := false
+	asked, yielded := false, false
 	for l.written < seq {
 		switch {
 		case l.writeErr != nil && l.failedUpTo >= seq:
@@ -40,6 +46,18 @@ func (l *Logger) waitWritten(seq uint64) error {
 		case l.exited:
 			return ErrClosed
 		case l.canLead():
+			if !yielded && len(l.pending) < yieldBelow {
+				// Before writing, let the goroutines that are ready to run have their turn
+				// once: the proxy's request goroutines run one after another on a P, and
+				// each used to find no write under way and write its own event alone
+				// (0.9 writes per request); those that commit meanwhile join this batch
+				// (0.25). The caller still returns only once its event's write is done.
+				yielded = true
+				l.mu.Unlock()
+				runtime.Gosched()
+				l.mu.Lock()
+				continue
+			}
 			l.lead()
 			continue
 		case !l.writing && !asked:

@@ -136,7 +136,8 @@ func TestPlainHost(t *testing.T) {
 	inputs = append(inputs, label63+".com", label64+".com", name253, name253+".", name253+"d", name253+"..",
 		"xn--bcher-kva.example", "XN--BCHER-KVA.example", "a.xn--", "0x7f.1", "a.0x1F", "a.0xg", "1.2.3.4",
 		"1.2.3.4.", "a.b.1", "a.1b", "1e.a", "A.B.C.", "a..b", "-a.b", "a-.b", "a.-b", "r3---sn-abc.googlevideo.com",
-		"Bücher.example", "a b", "a_b.com", "a:b", "[::1]", "::1", "\u212a.com", "a.com\u3002", "ａ.com")
+		"Bücher.example", "a b", "a_b.com", "a:b", "[::1]", "::1", "\u212a.com", "a.com\u3002", "ａ.com",
+		"127.0.0.1", "127.0.0.1.", "255.255.255.255", "256.0.0.1", "01.2.3.4", "1.2.3.04", "1.2.3.4.5", "1.2.3", "0x7f.0.0.1")
 	for _, s := range inputs {
 		fast, ok := plainHost(s)
 		full, reason := normalizeHostIDNA(s)
@@ -148,7 +149,7 @@ func TestPlainHost(t *testing.T) {
 			t.Errorf("NormalizeHost(%q) = %+v, %v; normalizeHostIDNA = %+v, %q", s, got, gerr, full, reason)
 		}
 	}
-	for _, s := range []string{"api.github.com", "API.GitHub.COM.", "r3---sn-abc.googlevideo.com", "a", name253} {
+	for _, s := range []string{"api.github.com", "API.GitHub.COM.", "r3---sn-abc.googlevideo.com", "a", name253, "127.0.0.1", "198.18.0.1."} {
 		if _, ok := plainHost(s); !ok {
 			t.Errorf("plainHost(%q): got the slow path, want the fast one", s)
 		}

@@ -99,3 +99,40 @@ func TestHeldRequestEndsWithItsClient(t *testing.T) {
 		}
 	}
 }
+
+// TestH1BodyAfterIdleDeadline: the strict path leaves a whole head's idle deadline on the
+// client connection (one deadline call per request); it must be cleared before the body is
+// read, so a body that comes later than IdleTimeout after its head is still forwarded, on
+// both paths, and the connection still serves the next request.
+func TestH1BodyAfterIdleDeadline(t *testing.T) {
+	const idle = 150 * time.Millisecond
+	pol := mustPolicy(t, policyDoc("h1", "enforce", h1Egress))
+	for _, fast := range []bool{false, true} {
+		name := map[bool]string{true: "strict", false: "net/http"}[fast]
+		h := newHarness(t, pol, func(c *Config) { c.IdleTimeout = idle; c.DisableHTTP1FastPath = !fast })
+		plain := newRawUpstream(t, h, addrPlain, 80, nil)
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST http://plain.test/ok/late HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 5\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * idle) // not synchronisation: the body is meant to come after the deadline
+		if _, err := io.WriteString(c, "hello"+"GET http://plain.test/ok/next HTTP/1.1\r\nHost: plain.test\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for _, path := range []string{"/ok/late", "/ok/next"} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %s answered %v, %v; want 200", name, path, resp, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+		}
+		if got := plain.requests(); len(got) != 2 || !strings.HasSuffix(got[0], "\r\n\r\nhello") {
+			t.Errorf("%s: upstream got %q, want the late body forwarded, then the next request", name, got)
+		}
+	}
+}

@@ -60,11 +60,18 @@ type h1Conn struct {
 	up       *h1Upstream // the upstream of the connection's current origin
 	idle     atomic.Bool // waiting for a request head to start
 	draining atomic.Bool // Shutdown asked for no more requests
+	// armed says the idle deadline nextHead set on conn is still there: a request whose
+	// head came whole with its first read leaves it (one deadline call per request instead
+	// of three), and it is cleared (disarm) before anything else reads conn: a body, the
+	// client watch, net/http after a hand-off.
+	armed bool
 }
 
 // newH1Conn wraps conn, whose first bytes (already read) are prefix.
 func (p *Proxy) newH1Conn(conn net.Conn, prefix []byte, client string) *h1Conn {
-	return &h1Conn{p: p, conn: conn, in: newConnReader(conn, prefix), out: bufio.NewWriterSize(conn, 16<<10), client: client}
+	// armed: whoever read the first bytes (the explicit listener's head read, the tunnel's
+	// handshake) may have left a read deadline on conn; it must not bound a body.
+	return &h1Conn{p: p, conn: conn, in: newConnReader(conn, prefix), out: bufio.NewWriterSize(conn, 16<<10), client: client, armed: true}
 }
 
 // serve serves requests until the connection ends (false) or a head outside the subset
@@ -86,6 +93,7 @@ func (c *h1Conn) serve() (handOff bool, rest []byte) {
 		head, err := c.nextHead()
 		switch {
 		case errors.Is(err, errHeadTooLarge):
+			c.disarm()
 			return true, c.in.buffered() // net/http answers 431
 		case err != nil:
 			return false, nil // gone, or idle too long: net/http closes these without an answer
@@ -96,6 +104,7 @@ func (c *h1Conn) serve() (handOff bool, rest []byte) {
 		}
 		switch verdict {
 		case headHandOff:
+			c.disarm()
 			return true, c.in.buffered()
 		case headRefuse:
 			_, _ = io.WriteString(c.conn, badRequest)
@@ -121,16 +130,29 @@ func (c *h1Conn) nextHead() ([]byte, error) {
 		}
 		c.idle.Store(true)
 		_ = c.conn.SetReadDeadline(time.Now().Add(c.p.cfg.IdleTimeout))
+		c.armed = true
 		err := c.in.fill(limit)
 		c.idle.Store(false)
 		if err != nil || c.draining.Load() && len(c.in.buffered()) == 0 {
 			return nil, errors.Join(err, ErrClosed)
 		}
+		if headEnd(c.in.buffered(), 0) >= 0 {
+			return c.in.head(limit) // whole: no read left to bound (the deadline stays armed)
+		}
 	}
 	_ = c.conn.SetReadDeadline(time.Now().Add(c.p.cfg.headTimeout()))
 	head, err := c.in.head(limit)
 	_ = c.conn.SetReadDeadline(time.Time{})
+	c.armed = false
 	return head, err
+}
+
+// disarm clears the deadline nextHead left on the connection, before anything else reads it.
+func (c *h1Conn) disarm() {
+	if c.armed {
+		_ = c.conn.SetReadDeadline(time.Time{})
+		c.armed = false
+	}
 }
 
 // serveRequest runs one request through today's stages with this connection's upstream and
@@ -193,6 +215,8 @@ func (c *h1Conn) request(h h1Request) (*http.Request, *trackedBody, error) {
 	var body *trackedBody
 	if h.bodyLen == 0 {
 		o.watchClient = c.watchClient
+	} else {
+		c.disarm() // the body is read from conn
 	}
 	switch {
 	case h.bodyLen < 0:
@@ -362,6 +386,7 @@ func (c *h1Conn) writeBody(resp *http.Response, chunked bool) bool {
 // instead (a pipelined request) are kept for the next head. stop ends the watch and waits
 // for it.
 func (c *h1Conn) watchClient(ctx context.Context) (held context.Context, stop func()) {
+	c.disarm()
 	w := watchClient(ctx, c.conn, c.conn)
 	return w.ctx, func() { c.in.appendRead(w.stop()) }
 }

@@ -27,6 +27,9 @@ type metrics struct {
 	h1Paths     *prometheus.CounterVec   // path: HTTP/1.x requests by the server that read them
 	h1Strict    prometheus.Counter       // h1Paths{path="strict"}
 	h1NetHTTP   prometheus.Counter       // h1Paths{path="nethttp"}
+	// durations holds duration's series of each kind seen (string -> prometheus.Observer),
+	// looked up once rather than per request; a series still appears at its first use.
+	durations sync.Map
 }
 
 func newMetrics() *metrics {
@@ -102,7 +105,11 @@ func (m *metrics) register(r prometheus.Registerer) error {
 // observe counts one finished request or tunnel of identity.
 func (m *metrics) observe(kind, decision, rule, identity string, d time.Duration) {
 	m.requests.WithLabelValues(kind, decision, rule, identity).Inc()
-	m.duration.WithLabelValues(kind).Observe(d.Seconds())
+	o, ok := m.durations.Load(kind)
+	if !ok {
+		o, _ = m.durations.LoadOrStore(kind, m.duration.WithLabelValues(kind))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // countPath counts one HTTP/1.x request on the path that read it ("" counts nothing).
