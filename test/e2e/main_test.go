@@ -50,8 +50,10 @@ func TestMain(m *testing.M) {
 	// Kernel tests re-execute this binary as the sandbox probe (test/testnet).
 	testnet.RunProbeIfRequested()
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
+	for _, dir := range []string{build.dir, hostileProbe.dir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
