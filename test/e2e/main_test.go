@@ -81,10 +81,15 @@ func parallelSandbox(t *testing.T) {
 }
 
 // takeTurn takes a slot of turn, given back after t's other cleanups (registered later, so
-// run earlier) have run.
+// run earlier) have run. The wait counts in the test's elapsed time, so it is logged.
 func takeTurn(t *testing.T, turn chan struct{}) {
+	t.Helper()
+	start := time.Now()
 	turn <- struct{}{}
 	t.Cleanup(func() { <-turn })
+	if waited := time.Since(start); waited >= time.Second {
+		t.Logf("waited %.1fs for its turn (parallelWorld, parallelSandbox)", waited.Seconds())
+	}
 }
 
 // liftParallel sets -test.parallel to parallelLimit unless the command line gave it.
