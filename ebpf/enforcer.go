@@ -84,22 +84,40 @@ func (o *objects) Close() error {
 // loadPrograms loads the programs against the loaded maps. A packet guard the kernel
 // cannot load is an error only with RequireAll; otherwise it is logged and skipped.
 func (e *Enforcer) loadPrograms(spec *ebpf.CollectionSpec) error {
-	opts := &ebpf.CollectionOptions{MapReplacements: e.mapsByName()}
-	if err := spec.LoadAndAssign(&e.objs.corePrograms, opts); err != nil {
-		return fmt.Errorf("load bpf programs: %w", notSupported(err))
+	guardErr, err := loadProgramsInto(&e.objs, spec)
+	if err != nil {
+		return err
+	}
+	return e.acceptGuard(guardErr)
+}
+
+// loadProgramsInto loads the programs of spec against the maps already in objs. guardErr is
+// why the packet guard did not load (nil when it did); err is a core program's failure.
+func loadProgramsInto(objs *objects, spec *ebpf.CollectionSpec) (guardErr, err error) {
+	opts := &ebpf.CollectionOptions{MapReplacements: objs.mapsByName()}
+	if err := spec.LoadAndAssign(&objs.corePrograms, opts); err != nil {
+		return nil, fmt.Errorf("load bpf programs: %w", notSupported(err))
 	}
 	var guard struct {
 		P *ebpf.Program `ebpf:"packet_guard"`
 	}
 	if err := spec.LoadAndAssign(&guard, opts); err != nil {
-		if e.cfg.RequireAll {
-			return fmt.Errorf("load packet socket guard (needs the BPF LSM active, lsm=...,bpf, and a kernel that allows LSM programs): %w", notSupported(err))
-		}
-		e.guardErr = err
-		e.log.WithError(err).Warn("packet sockets are not blocked in the sandbox: the kernel refused the BPF LSM guard (the BPF LSM is inactive, or LSM programs are not allowed; `airlock sandbox doctor` says which); keep CAP_NET_RAW out of the sandbox")
+		return err, nil
+	}
+	objs.PacketGuard = guard.P
+	return nil, nil
+}
+
+// acceptGuard applies Config.RequireAll to why the packet guard did not load (nil: it did).
+func (e *Enforcer) acceptGuard(guardErr error) error {
+	if guardErr == nil {
 		return nil
 	}
-	e.objs.PacketGuard = guard.P
+	if e.cfg.RequireAll {
+		return fmt.Errorf("load packet socket guard (needs the BPF LSM active, lsm=...,bpf, and a kernel that allows LSM programs): %w", notSupported(guardErr))
+	}
+	e.guardErr = guardErr
+	e.log.WithError(guardErr).Warn("packet sockets are not blocked in the sandbox: the kernel refused the BPF LSM guard (the BPF LSM is inactive, or LSM programs are not allowed; `airlock sandbox doctor` says which); keep CAP_NET_RAW out of the sandbox")
 	return nil
 }
 
@@ -157,34 +175,15 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pin directory: %w", err)
 	}
-	spec, err := loadAirlock()
-	if err != nil {
-		return nil, fmt.Errorf("load bpf objects: %w", err)
-	}
-	if cfg.ExemptCgroup != "" {
-		if err := checkPinsOwner(e.dir, cfg.Cgroup); err != nil {
-			return nil, err
-		}
-	}
-	schema := schemaHash(spec)
-	pinned, err := pinnedMaps(e.dir, spec, schema)
+	schema, err := e.loadObjects(takePreloaded())
 	if err != nil {
 		return nil, err
-	}
-	e.adopted = pinned != nil
-	err = spec.LoadAndAssign(&e.objs.airlockMaps, &ebpf.CollectionOptions{MapReplacements: pinned})
-	closeMaps(pinned) // LoadAndAssign holds its own references
-	if err != nil {
-		return nil, fmt.Errorf("load bpf maps: %w", notSupported(err))
 	}
 	defer func() {
 		if err != nil {
 			e.closeHandles()
 		}
 	}()
-	if err := e.loadPrograms(spec); err != nil {
-		return nil, err
-	}
 	if err := writeTables(&e.objs, cfg, exempt); err != nil {
 		return nil, err
 	}
@@ -213,6 +212,55 @@ func Open(cfg Config) (_ *Enforcer, err error) {
 	return e, nil
 }
 
+// loadObjects loads the maps and programs of e, adopting the sandbox's pinned maps when there
+// are some of the same schema (whose hash it returns); a new sandbox takes pre's objects
+// (Preload) when they loaded. On error nothing of e's is left open.
+func (e *Enforcer) loadObjects(pre *preloaded) (schema uint64, err error) {
+	var spec *ebpf.CollectionSpec
+	if pre != nil && pre.spec != nil {
+		spec = pre.spec
+	} else {
+		if spec, err = loadAirlock(); err != nil {
+			return 0, fmt.Errorf("load bpf objects: %w", err)
+		}
+	}
+	use := false
+	defer func() {
+		if !use {
+			pre.release()
+		}
+	}()
+	if e.cfg.ExemptCgroup != "" {
+		if err := checkPinsOwner(e.dir, e.cfg.Cgroup); err != nil {
+			return 0, err
+		}
+	}
+	schema = schemaHash(spec)
+	pinned, err := pinnedMaps(e.dir, spec, schema)
+	if err != nil {
+		return 0, err
+	}
+	if pinned == nil && pre != nil && pre.err == nil {
+		use, e.objs = true, pre.objs
+		if err := e.acceptGuard(pre.guardErr); err != nil {
+			e.closeHandles()
+			return 0, err
+		}
+		return schema, nil
+	}
+	e.adopted = pinned != nil
+	err = spec.LoadAndAssign(&e.objs.airlockMaps, &ebpf.CollectionOptions{MapReplacements: pinned})
+	closeMaps(pinned) // LoadAndAssign holds its own references
+	if err != nil {
+		return 0, fmt.Errorf("load bpf maps: %w", notSupported(err))
+	}
+	if err := e.loadPrograms(spec); err != nil {
+		e.closeHandles()
+		return 0, err
+	}
+	return schema, nil
+}
+
 // Adopted reports whether Open found and adopted pinned maps of the same schema.
 func (e *Enforcer) Adopted() bool { return e.adopted }
 
@@ -224,8 +272,11 @@ func (e *Enforcer) PacketGuard() (bool, error) { return e.guardErr == nil, e.gua
 func (e *Enforcer) PinDir() string { return e.dir }
 
 // mapsByName returns the maps of the loaded objects by their names in bpf/airlock.c.
-func (e *Enforcer) mapsByName() map[string]*ebpf.Map {
-	m := e.objs.airlockMaps
+func (e *Enforcer) mapsByName() map[string]*ebpf.Map { return e.objs.mapsByName() }
+
+// mapsByName returns the loaded maps by their names in bpf/airlock.c.
+func (o *objects) mapsByName() map[string]*ebpf.Map {
+	m := o.airlockMaps
 	return map[string]*ebpf.Map{
 		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events, "exempt": m.Exempt,
 		"listeners": m.Listeners, "marks": m.Marks, "meta": m.Meta, "orig_cookie": m.OrigCookie,

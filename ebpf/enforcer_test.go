@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -397,4 +398,65 @@ func TestOwnLoopback(t *testing.T) {
 			f.assertNoDatagram(f.resolver, resolver)
 		})
 	}
+}
+
+// TestPreloadIsTakenByANewSandbox: the objects Preload loaded are the ones the next Open of a
+// new sandbox uses (same maps, not a second set), and they enforce; an Open that adopts a
+// restarted sandbox's pinned maps releases a preloaded set instead of using it.
+func TestPreloadIsTakenByANewSandbox(t *testing.T) {
+	Preload()
+	pre := preload.set
+	if pre == nil {
+		t.Fatal("Preload started nothing")
+	}
+	<-pre.done
+	if pre.err != nil {
+		t.Fatalf("preload: %v", pre.err)
+	}
+	preID := mapID(t, pre.objs.Allow)
+	f := newFixture(t, nil)
+	if preload.set != nil {
+		t.Fatal("Open left the preloaded set")
+	}
+	if f.enf.Adopted() || mapID(t, f.enf.objs.Allow) != preID {
+		t.Errorf("Open's allow map %d (adopted %v), want the preloaded one %d", mapID(t, f.enf.objs.Allow), f.enf.Adopted(), preID)
+	}
+	p := f.probe(nil)
+	if got := p.Do(t, "connect 4 tcp 198.18.0.20:80"); got != "EPERM" {
+		t.Errorf("with the preloaded programs: connect to an unlisted host: %s, want EPERM", got)
+	}
+	if err := f.enf.Allow(hostA, []uint16{80}, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Do(t, "connect 4 tcp 198.18.0.10:80"); got != "OK" {
+		t.Errorf("with the preloaded maps: connect to an allowed host: %s, want OK", got)
+	}
+
+	if err := f.enf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.enf = nil
+	Preload()
+	again := preload.set
+	enf := f.open()
+	if !enf.Adopted() || mapID(t, enf.objs.Allow) == mapID(t, again.objs.Allow) {
+		t.Errorf("restart: adopted %v: want the pinned maps, not the preloaded ones", enf.Adopted())
+	}
+	if again.objs.Allow.FD() >= 0 {
+		t.Error("the preloaded set a restart did not use is still open")
+	}
+}
+
+// mapID is m's kernel id (0 for a closed map).
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
+	if m.FD() < 0 {
+		return 0
+	}
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return id
 }

@@ -73,6 +73,16 @@ type Raw struct {
 	TxBytes       uint64 `json:"tx_bytes"`
 	RxBytes       uint64 `json:"rx_bytes"`
 	Connections   uint64 `json:"connections"`
+	// Runs are, for an identity of a pod, the CPU counters of each container run (by its
+	// runtime ID) at the sample: a run's growth is added to the identity's CPU counters
+	// above, which therefore only grow; a new run counts from zero.
+	Runs map[string]RunRaw `json:"runs,omitempty"`
+}
+
+// RunRaw is one container run's CPU counters at a sample.
+type RunRaw struct {
+	CPUUserUsec   uint64 `json:"cpu_user_usec"`
+	CPUSystemUsec uint64 `json:"cpu_system_usec"`
 }
 
 // Record is one ledger line: a key's totals at a moment, what they cost, and whether a cap

@@ -48,6 +48,10 @@ type Config struct {
 	// Cgroup is the sandbox's cgroup; nil means no CPU or memory figures and no freezing
 	// (a pod, whose cgroup also holds the sidecar).
 	Cgroup *Cgroup
+	// Containers reads a pod's running app containers of an identity, each with its cgroup
+	// counters (identity.go); nil means none (a local sandbox reads its identities' cgroups
+	// below Cgroup instead).
+	Containers func() ([]ContainerStats, error)
 	// Net reads the kernel's counters; nil means no network figures.
 	Net func() (Net, error)
 	// Model reads the model API's spend; false means it cannot be read now (the model API

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // This file reads the container-to-identity map of a pod: the airlock.dev/identities
@@ -72,4 +74,57 @@ func identityMapKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// CheckIdentityMapSource is CheckIdentityMap for the policy file filename whose bytes are
+// data (Parse's arguments): it parses the policy (its load errors are returned as they are)
+// and, when an identity m names is not defined, returns a *LoadError at the file's
+// spec.identities (at spec, or the document, when it has none), so the error names the
+// file and line where the identity is missing. Identities come from the file itself: a
+// parent cannot add any.
+func CheckIdentityMapSource(filename string, data []byte, m map[string]string) (*Policy, error) {
+	p, err := Parse(filename, data)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.CheckIdentityMap(m); err != nil {
+		e := &LoadError{File: filename, Field: "spec.identities", Err: ErrInvalidPolicy,
+			Message: err.Error() + "; define it under spec.identities, or map the container to one that is"}
+		if n := identitiesNode(data); n != nil {
+			e.Line, e.Col = n.Line, n.Column
+		}
+		return nil, e
+	}
+	return p, nil
+}
+
+// identitiesNode returns the key node of spec.identities in a policy's YAML, else spec's,
+// else the document's root; nil when data is not YAML (Parse has accepted it by then).
+func identitiesNode(data []byte) *yaml.Node {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	root := doc.Content[0]
+	spec := mappingKey(root, "spec")
+	if spec == nil {
+		return root
+	}
+	if ids := mappingKey(mappingValue(root, "spec"), "identities"); ids != nil {
+		return ids
+	}
+	return spec
+}
+
+// mappingKey returns the key node of key in mapping m, or nil.
+func mappingKey(m *yaml.Node, key string) *yaml.Node {
+	if m == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; k.Kind == yaml.ScalarNode && k.Value == key {
+			return k
+		}
+	}
+	return nil
 }

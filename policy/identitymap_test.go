@@ -69,3 +69,36 @@ spec:
 		t.Errorf("no map: %v", err)
 	}
 }
+
+// TestCheckIdentityMapSource: an identity the file lacks is reported at the file's
+// spec.identities (or spec when it has none), with the file's name and line; a file that
+// does not load reports its own load error.
+func TestCheckIdentityMapSource(t *testing.T) {
+	withIDs := "apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: two}\nspec:\n  egress: [{name: a, hosts: [a.test]}]\n  identities:\n    reviewer: {}\n"
+	withoutIDs := "apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: none}\nspec:\n  egress: [{name: a, hosts: [a.test]}]\n"
+	for _, tc := range []struct {
+		name, data string
+		m          map[string]string
+		err        string
+	}{
+		{"defined", withIDs, map[string]string{"r": "reviewer"}, ""},
+		{"missing", withIDs, map[string]string{"r": "reviewer", "w": "author"},
+			`p.yaml:6:3: spec.identities: container "w" is mapped to identity "author", which policy "two" does not define (its identities are reviewer); define it under spec.identities`},
+		{"no identities", withoutIDs, map[string]string{"w": "author"},
+			`p.yaml:4:1: spec.identities: container "w" is mapped to identity "author", which policy "none" does not define (no spec.identities)`},
+		{"invalid policy", "apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: x}\nspec: {mode: sometimes}\n", map[string]string{"w": "author"}, "p.yaml:4:14: spec.mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := CheckIdentityMapSource("p.yaml", []byte(tc.data), tc.m)
+			if tc.err == "" {
+				if err != nil || p == nil {
+					t.Fatalf("got %v, %v; want the policy", p, err)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tc.err) {
+				t.Fatalf("got %v; want an error starting %q", err, tc.err)
+			}
+		})
+	}
+}

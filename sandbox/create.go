@@ -51,6 +51,11 @@ type creation struct {
 	// starts in this process (superviseHere): on the way to ready its start-up would take the
 	// CPU the sidecar and the runtime need.
 	deferSupervisor bool
+	// here is the in-process sidecar begun for a OnceProcess (beginSidecarHere), its log and
+	// the error it failed to begin with, until startSidecarHere takes it over.
+	here    HereSidecar
+	hereLog *os.File
+	hereErr error
 }
 
 // awaitCreate waits for the runtime's create of the container (a OnceProcess), once.
@@ -92,14 +97,23 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 	}
 	early := createStep{"container", m.doContainerEarly, func(ctx context.Context, st *State) (string, error) {
 		_ = c.awaitCreate() // never delete under a create still running
+		c.dropSidecarHere()
 		return m.undoContainer(ctx, st)
 	}, "cgroup", false}
+	if m.RunSidecar != nil && c.st.Network != NetworkNone {
+		// The in-process sidecar starts before the bundle is written: its start overlaps the
+		// bundle's and the runtime's create.
+		early.do = func(ctx context.Context, c *creation) (string, error) {
+			m.beginSidecarHere(c)
+			return m.doContainerEarly(ctx, c)
+		}
+	}
 	c.deferSupervisor = true
 	created := createStep{"created", func(context.Context, *creation) (string, error) {
 		if err := c.awaitCreate(); err != nil {
 			return "", err
 		}
-		if c.st.Network == NetworkNone {
+		if c.st.Network == NetworkNone || c.st.SidecarInProcess {
 			return "the command waits for the sandbox to start it", nil
 		}
 		pid, _ := readPid(c.st.sidecarPidFile())
@@ -473,6 +487,13 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if st.Network == NetworkNone {
 		return "none (--network none: nothing to proxy, no DNS)", nil
 	}
+	timeout := c.o.ReadyTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	if c.deferSupervisor && m.RunSidecar != nil {
+		return m.doSidecarHere(c, timeout)
+	}
 	var err error
 	if st.AdminAddr, err = freeLoopbackAddr(); err != nil {
 		return "", err
@@ -500,10 +521,6 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	if err := m.Store.Save(st); err != nil { // the supervisor's pid, for delete and reap
 		return "", err
 	}
-	timeout := c.o.ReadyTimeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
 	if err := m.waitSidecar(ctx, st, sidecarDone, notify, timeout); err != nil {
 		return "", err
 	}
@@ -513,6 +530,20 @@ func (m *Manager) doSidecar(ctx context.Context, c *creation) (string, error) {
 	}
 	return fmt.Sprintf("pid %d (%s), proxy %s:%d, DNS :%d, model API :%d, admin %s",
 		m.sidecarPid(st), sup, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
+}
+
+// doSidecarHere is doSidecar for a sandbox made for one command when Manager.RunSidecar is
+// set: the sidecar runs in this process, supervised here.
+func (m *Manager) doSidecarHere(c *creation, timeout time.Duration) (string, error) {
+	st := c.st
+	if err := m.startSidecarHere(c, timeout); err != nil {
+		return "", err
+	}
+	if err := m.Store.Save(st); err != nil { // this process as sidecar and supervisor, for delete and reap
+		return "", err
+	}
+	return fmt.Sprintf("in this process (%d), proxy %s:%d, DNS :%d, model API :%d, admin %s",
+		st.SupervisorPid, st.HostAddr, ProxyPort, DNSPort, LLMPort, st.AdminAddr), nil
 }
 
 // undoSidecar stops the supervisor (which stops its sidecar gracefully: the sidecar revokes
@@ -534,7 +565,10 @@ func (m *Manager) undoSidecar(_ context.Context, st *State) (string, error) {
 		}
 	}
 	// A sidecar whose supervisor died (it gets SIGTERM then, but may be slow) or was killed.
-	if pid, start := readPid(st.sidecarPidFile()); pid > 0 {
+	// Not one in exec --ephemeral's process: that process is the command's, stopHere ended
+	// the sidecar if it is this one, and another process's delete leaves it alone (it ends
+	// its sidecar itself once the container's undo has ended its command).
+	if pid, start := readPid(st.sidecarPidFile()); pid > 0 && !st.SidecarInProcess {
 		if err := m.ops().StopProcess(pid, start, StopGrace); err != nil {
 			errs = append(errs, fmt.Errorf("stop sidecar: %w", err))
 		}

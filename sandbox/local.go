@@ -55,6 +55,13 @@ type Manager struct {
 	// Progress, never stops the delete.
 	Archive func(st *State) error
 
+	// RunSidecar, when set, starts the sidecar of a sandbox made for one command (exec
+	// --ephemeral: CreateOptions.OnceProcess) inside this process, from the arguments a sidecar
+	// process would get (`run ...`), its log and audit lines to log; nil starts a process of
+	// its own. (cmd/airlock passes its `airlock run`.) The process lives exactly as long as the
+	// sandbox, so one start-up of the airlock binary less is on the path of every tool call.
+	RunSidecar func(args []string, log io.Writer) (HereSidecar, error)
+
 	// host makes the changes to this machine; nil means linuxHost (tests put a fake here).
 	host hostOps
 
@@ -357,6 +364,11 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	defer unlock()
 	st, err := m.Store.Load(name)
 	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			// Another command deleted it while its sidecar ran in this process (exec
+			// --ephemeral): stop that sidecar here, gracefully.
+			_ = m.stopHere(name)
+		}
 		return err
 	}
 	return m.remove(ctx, st)

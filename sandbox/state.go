@@ -64,7 +64,10 @@ type State struct {
 	// SupervisorInProcess says the supervisor is a goroutine of SupervisorPid, the process of
 	// `exec --ephemeral` that waits for the sandbox's one command, not a process of its own.
 	SupervisorInProcess bool `json:"supervisor_in_process,omitempty"`
-	Kernel              bool `json:"kernel"` // eBPF enforcement attached
+	// SidecarInProcess says the sidecar, too, runs as goroutines of SupervisorPid (exec
+	// --ephemeral with Manager.RunSidecar): no other process may signal that pid to stop it.
+	SidecarInProcess bool `json:"sidecar_in_process,omitempty"`
+	Kernel           bool `json:"kernel"` // eBPF enforcement attached
 
 	// IdentityUIDs is the uid (and gid) inside of each identity `exec --as` has run
 	// (identity_linux.go); an identity keeps its uid for the sandbox's life.

@@ -68,7 +68,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return cli.Failf("node: --cgroup-root: %v", err)
 	}
-	agent, err := node.NewAgent(node.AgentConfig{CgroupRoot: root, PinRoot: c.pinRoot, Logger: log})
+	agent, err := node.NewAgent(node.AgentConfig{CgroupRoot: root, V1MemoryRoot: node.V1MemoryRoot(c.cgroupRoot), PinRoot: c.pinRoot, Logger: log})
 	if err != nil {
 		return cli.Failf("node: %v", err)
 	}

@@ -130,7 +130,10 @@ func kubeCreate(ctx context.Context, name, policyFile string, o *cli.KubeCreate,
 func kubeCreateIn(ctx context.Context, cluster *kube.Cluster, name, policyFile string, o *cli.KubeCreate, stdout io.Writer) error {
 	co := kube.CreateOptions{
 		Name: name, Namespace: cluster.Namespace, Image: o.Image, PolicyConfigMap: o.PolicyConfigMap,
-		PolicyKey: o.PolicyKey, PolicyFile: policyFile, Environment: o.PodEnvironment,
+		PolicyKey: o.PolicyKey, PolicyFile: policyFile, Environment: o.PodEnvironment, Identities: o.Identities,
+	}
+	if o.Containers != "" {
+		co.Containers = strings.Split(o.Containers, ",")
 	}
 	if o.Command != "" {
 		co.Command = []string{"sh", "-c", o.Command}
@@ -145,6 +148,9 @@ func kubeCreateIn(ctx context.Context, cluster *kube.Cluster, name, policyFile s
 		fmt.Fprintf(stdout, "policy %s written to ConfigMap %s/%s\n", policyFile, pod.Namespace, pod.Annotations[kube.AnnotationPolicy])
 	}
 	fmt.Fprintf(stdout, "created pod %s/%s (label %s=true: the airlock webhook injects the sidecar)\n", pod.Namespace, pod.Name, kube.LabelInject)
+	if ids := pod.Annotations[kube.AnnotationIdentities]; ids != "" {
+		fmt.Fprintf(stdout, "identities %s (annotation %s)\n", ids, kube.AnnotationIdentities)
+	}
 	if o.Wait > 0 {
 		wctx, cancel := context.WithTimeout(ctx, o.Wait)
 		defer cancel()
@@ -157,10 +163,10 @@ func kubeCreateIn(ctx context.Context, cluster *kube.Cluster, name, policyFile s
 	}
 	fmt.Fprintf(stdout, `sandbox %[2]s ready in %[4]s
   status:  kubectl -n %[1]s get pod %[2]s
-  enter:   kubectl -n %[1]s exec -it %[2]s -c sandbox -- sh
+  enter:   kubectl -n %[1]s exec -it %[2]s -c %[5]s -- sh
   audit:   kubectl -n %[1]s logs %[2]s -c %[3]s
   remove:  airlock sandbox delete --backend kubernetes --namespace %[1]s %[2]s
-`, pod.Namespace, pod.Name, kube.SidecarName, time.Since(began).Round(100*time.Millisecond))
+`, pod.Namespace, pod.Name, kube.SidecarName, time.Since(began).Round(100*time.Millisecond), pod.Spec.Containers[0].Name)
 	return nil
 }
 

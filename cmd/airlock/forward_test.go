@@ -132,6 +132,8 @@ func TestKubeCommandsExecAirlockKube(t *testing.T) {
 		{"node", []string{"node", "--node-name", "n1"}, nil},
 		{"sandbox create", []string{"sandbox", "create", "sb1", "--backend", "kubernetes", "--image", "python:3", "--namespace", "team a", "--wait", "0"},
 			[]string{"sandbox", "create", "sb1", "--namespace", "team a", "--image", "python:3", "--wait", "0s"}},
+		{"sandbox create with identities", []string{"sandbox", "create", "sb1", "--backend", "kubernetes", "--image", "i", "--containers", "r,w", "--identities", "r=reviewer,w=author", "--wait", "0"},
+			[]string{"sandbox", "create", "sb1", "--image", "i", "--containers", "r,w", "--identities", "r=reviewer,w=author", "--wait", "0s"}},
 		{"sandbox list", []string{"sandbox", "list", "--backend=kubernetes", "--all-namespaces", "--json"},
 			[]string{"sandbox", "list", "--all-namespaces", "--json"}},
 		{"sandbox delete", []string{"sandbox", "delete", "-backend", "kubernetes", "--kube-context", "c", "sb1", "sb2"},
@@ -217,6 +219,11 @@ func TestLocalBackendIsNotForwarded(t *testing.T) {
 	got := runLean(t, bin, "/usr/bin:/bin", "sandbox", "list", "--json", "--state-dir", t.TempDir())
 	if got.code != 0 || strings.TrimSpace(got.stdout) != "[]" {
 		t.Fatalf("exit %d, stdout %q, stderr %q: want 0 and an empty JSON list from this build", got.code, got.stdout, got.stderr)
+	}
+	// --identities is a pod's: a local sandbox refuses it rather than run without it.
+	got = runLean(t, bin, "/usr/bin:/bin", "sandbox", "create", "sb1", "--profile", "offline", "--identities", "a=b", "--state-dir", t.TempDir())
+	if got.code != 1 || !strings.Contains(got.stderr, "--identities and --containers are for --backend kubernetes") {
+		t.Fatalf("local sandbox create --identities: exit %d, stderr %q; want 1, refused", got.code, got.stderr)
 	}
 }
 

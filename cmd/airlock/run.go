@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/sidecar"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
+	"github.com/airlock-dev/airlock/sandbox"
 )
 
 const runLong = `
@@ -185,4 +187,64 @@ func (f identityMapFlag) Set(s string) error {
 	}
 	*f.m = m
 	return nil
+}
+
+// runHere is the Manager's RunSidecar: `airlock run ARGS` as goroutines of this process (exec
+// --ephemeral's sandbox), parsed exactly as the sidecar process would parse them (flags, then
+// the AIRLOCK_* and VAULT_* variables of this process's environment, which a sidecar process
+// would have inherited), its log and audit lines to log.
+func runHere(args []string, log io.Writer) (sandbox.HereSidecar, error) {
+	if len(args) == 0 || args[0] != "run" {
+		return nil, fmt.Errorf("not the arguments of airlock run: %q", args)
+	}
+	fs, cfg := runFlags(log)
+	rest, err := fs.ParseArgs(args[1:], log, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("run: unexpected argument %q", rest[0])
+	}
+	vaultEnv(&cfg.Vault)
+	cfg.Stderr = log
+	s, err := sidecar.New(*cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &hereSidecar{s: s, cancel: cancel, done: make(chan error, 1), ended: make(chan struct{})}
+	go func() {
+		err := s.Run(ctx)
+		h.done <- err
+		close(h.ended)
+	}()
+	return h, nil
+}
+
+// hereSidecar is one sidecar running in this process.
+type hereSidecar struct {
+	s      *sidecar.Sidecar
+	cancel context.CancelFunc
+	done   chan error    // Run's result, read once by Done's reader
+	ended  chan struct{} // closed once Run returned
+}
+
+func (h *hereSidecar) Ready() <-chan struct{} { return h.s.Ready() }
+func (h *hereSidecar) Done() <-chan error     { return h.done }
+
+// Stop ends Run's context (the sidecar closes gracefully) and waits for Run to return.
+func (h *hereSidecar) Stop() {
+	h.cancel()
+	<-h.ended
+}
+
+// AdminAddr is the admin listener's bound address ("" when it is off).
+func (h *hereSidecar) AdminAddr() string {
+	if a := h.s.Addrs().Admin; a.IsValid() {
+		return a.String()
+	}
+	return ""
 }

@@ -73,7 +73,7 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 		return nil, err
 	}
 	return &sandbox.Manager{Store: store, Binary: bin, Progress: progress, LoadCA: loadCA, Kernel: ebpf.Host{},
-		Archive: archiveUsage(store.StateRoot), Images: images}, nil
+		Archive: archiveUsage(store.StateRoot), Images: images, RunSidecar: runHere}, nil
 }
 
 // imageCache is the layer cache of the state directory; registry pulls go out through the
@@ -245,6 +245,9 @@ func sandboxCreate(args []string, stdout, stderr io.Writer) error {
 	c.image = kc.Image // one --image for both backends
 	switch c.backend {
 	case "local":
+		if kc.Identities != "" || kc.Containers != "" {
+			return cli.Failf("sandbox create: --identities and --containers are for --backend kubernetes; a local sandbox's processes take an identity with sandbox exec --as IDENTITY")
+		}
 	case "kubernetes":
 		if c.imagePullSecret != "" {
 			return cli.Failf("sandbox create --backend kubernetes: --image-pull-secret is for local sandboxes; a pod pulls with its imagePullSecrets")
@@ -424,6 +427,11 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 		var once *sandbox.OnceProcess
 		if !term.IsTerminal(int(os.Stdin.Fd())) && sandbox.CreatesOnce(c.runtime) {
 			once = &sandbox.OnceProcess{Argv: argv, Exec: o, Stdio: [3]*os.File{os.Stdin, os.Stdout, os.Stderr}}
+			if c.network != sandbox.NetworkNone {
+				// The sidecar runs in this process (Manager.RunSidecar): its kernel objects
+				// load beside the sandbox's other steps.
+				ebpf.Preload()
+			}
 		}
 		remove, err := createEphemeral(m, c, name, once, stderr)
 		if err != nil {

@@ -42,6 +42,12 @@ type KubeCreate struct {
 	PodEnvironment string
 	// Wait is --wait; 0 means do not wait for the pod to be ready.
 	Wait time.Duration
+	// Containers is --containers, the app containers' names, comma-separated; empty means
+	// one, sandbox/kube's default.
+	Containers string
+	// Identities is --identities, the airlock.dev/identities annotation
+	// ("CONTAINER=IDENTITY,..."); empty means none.
+	Identities string
 }
 
 // Register adds the Kubernetes backend's flags to the sandbox create flag set.
@@ -52,6 +58,8 @@ func (o *KubeCreate) Register(fs *FlagSet) {
 	fs.StringVar(&o.PolicyKey, "policy-key", "", "kubernetes: key of the policy in the ConfigMap (default policy.yaml)")
 	fs.StringVar(&o.Command, "command", "", `kubernetes: shell command the sandbox container runs (sh -c); default "sleep infinity", to kubectl exec into`)
 	fs.StringVar(&o.PodEnvironment, "pod-environment", "", "kubernetes: airlock.dev/environment annotation (stricter than the webhook's, or empty for the webhook's)")
+	fs.StringVar(&o.Containers, "containers", "", "kubernetes: the pod's app containers, `NAME,...`, each running --image and --command (default one, sandbox)")
+	fs.StringVar(&o.Identities, "identities", "", "kubernetes: airlock.dev/identities annotation, `CONTAINER=IDENTITY,...`: which identity of the policy's spec.identities each container is (checked against --containers and the policy before anything is created)")
 	fs.DurationVar(&o.Wait, "wait", 3*time.Minute, "kubernetes: wait this long for the sidecar to be ready and the sandbox running, printing each step (0: do not wait)")
 }
 
@@ -64,7 +72,8 @@ func (k *KubeCluster) Args() []string {
 // --wait always (its zero means "do not wait").
 func (o *KubeCreate) Args() []string {
 	args := appendSet(o.KubeCluster.Args(), "image", o.Image, "policy-configmap", o.PolicyConfigMap,
-		"policy-key", o.PolicyKey, "command", o.Command, "pod-environment", o.PodEnvironment)
+		"policy-key", o.PolicyKey, "command", o.Command, "pod-environment", o.PodEnvironment,
+		"containers", o.Containers, "identities", o.Identities)
 	return append(args, "--wait", o.Wait.String())
 }
 

@@ -33,6 +33,11 @@ func (p Pod) Sandbox() string { return p.Namespace + "." + p.Name }
 type AgentConfig struct {
 	// CgroupRoot is the root of the node's cgroup v2 hierarchy (see V2Root). Required.
 	CgroupRoot string
+	// V1MemoryRoot is, on a hybrid node, the directory of the cgroup v1 memory hierarchy
+	// that corresponds to CgroupRoot (see V1MemoryRoot), where a container's memory is
+	// counted when the v2 hierarchy has no memory controller. Empty: memory figures come
+	// from the v2 hierarchy alone (OpUsage).
+	V1MemoryRoot string
 	// PinRoot is the bpffs directory the pods' pins go in. Empty means ebpf.DefaultPinRoot.
 	PinRoot string
 	// SocketName is the abstract socket bound in each pod. Empty means SocketName.

@@ -38,6 +38,7 @@ type helper struct {
 	denyC chan string
 	origC chan string
 	peerC chan string
+	pid   int
 }
 
 func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *testnet.Netns, role, sock string) *helper {
@@ -57,7 +58,7 @@ func startHelper(t *testing.T, ctx context.Context, cg *testnet.Cgroup, ns *test
 		t.Fatal(err)
 	}
 	h := &helper{t: t, in: in, lines: make(chan string, 16), denyC: make(chan string, 64), origC: make(chan string, 16),
-		peerC: make(chan string, 16)}
+		peerC: make(chan string, 16), pid: cmd.Process.Pid}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {

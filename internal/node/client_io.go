@@ -176,3 +176,14 @@ func (c *Client) Close() error {
 	}
 	return nil
 }
+
+// Usage reads the CPU time and memory of each running app container of the sidecar's pod
+// (OpUsage). An agent older than the operation answers with an error containing
+// `unknown operation "usage"`.
+func (c *Client) Usage() ([]ContainerUsage, error) {
+	r, err := c.do(Request{Op: OpUsage})
+	if err != nil {
+		return nil, err
+	}
+	return r.Usage, nil
+}

@@ -12,7 +12,8 @@
 // as the API server names the container). On the sidecar's hello it attaches and pins the
 // eBPF programs (package ebpf) on the pod's cgroup with the sidecar's container cgroup
 // exempt, and then serves the map operations the sidecar asks for (allow addresses, CIDR
-// rules, report mode, counters, original destinations) and sends it the kernel's deny
+// rules, report mode, counters, original destinations, which container connected, the CPU
+// time and memory of the pod's own containers: usage.go) and sends it the kernel's deny
 // events. When the pod goes it removes the pins; when the agent stops the pins stay (fail
 // closed) and a new agent adopts them.
 //

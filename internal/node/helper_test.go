@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +204,30 @@ func command(enf *Client, sock, cmd, arg string) string {
 			return result(enf.SetIdentityTCP(nil))
 		}
 		return result(enf.SetIdentityTCP(identityTCPFor(arg)))
+	case "usage": // one "NAME:ID:CPU-USEC:MEMORY-PEAK" (PEAK "-" when not counted) per container
+		us, err := enf.Usage()
+		if err != nil {
+			return result(err)
+		}
+		line := "OK"
+		for _, u := range us {
+			peak := "-"
+			if u.Memory {
+				peak = strconv.FormatUint(u.MemoryPeakBytes, 10)
+			}
+			line += fmt.Sprintf(" %s:%s:%d:%s", u.Container, u.ID, u.CPUUserUsec+u.CPUSystemUsec, peak)
+		}
+		return line
+	case "burn": // burn MS milliseconds of CPU
+		ms, _ := strconv.Atoi(arg)
+		return burn(time.Duration(ms) * time.Millisecond)
+	case "hog": // hold MB mebibytes of touched memory
+		mb, _ := strconv.Atoi(arg)
+		held = make([]byte, mb<<20)
+		for i := range held {
+			held[i] = 1
+		}
+		return "OK"
 	case "counters":
 		c, err := enf.Counters()
 		if err != nil {
@@ -211,6 +236,25 @@ func command(enf *Client, sock, cmd, arg string) string {
 		return fmt.Sprintf("OK denies=%d", c.Denies)
 	}
 	return "ERR unknown command " + cmd
+}
+
+// held keeps the "hog" command's memory.
+var held []byte
+
+// burn spins until the process has used d more CPU time.
+func burn(d time.Duration) string {
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	until := cpu() + d
+	for n := 0; cpu() < until; n++ {
+		for i := 0; i < 100000; i++ {
+			n ^= i
+		}
+	}
+	return "OK"
 }
 
 func result(err error) string {

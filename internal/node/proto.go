@@ -53,6 +53,11 @@ const (
 	// OpIdentityTCP replaces Request.IdentityTCP (a policy reload): each identity's raw TCP
 	// rules and which container is which identity. Nil switches the per-identity rule off.
 	OpIdentityTCP = "identity_tcp"
+	// OpUsage reads the CPU time and memory of each running app container of the asking
+	// sidecar's own pod (never another pod's: the request names none), from the cgroups the
+	// agent resolved: the reply's Usage. Each identity's compute usage in pods (meter).
+	// Added to version 1: an older agent answers it with an unknown-operation error.
+	OpUsage = "usage"
 )
 
 // ErrVersion is the error text an agent answers a hello of another version with.
@@ -145,6 +150,29 @@ type Reply struct {
 	// Container answers OpPeer: the name of the pod's container (as the API server names it)
 	// whose process connected.
 	Container string `json:"container,omitempty"`
+	// Usage answers OpUsage: one entry per running app container whose cgroup the agent
+	// found, sorted by container name; empty when there is none.
+	Usage []ContainerUsage `json:"usage,omitempty"`
+}
+
+// ContainerUsage is one running container's cgroup counters (OpUsage): what its processes,
+// living and dead, used since the container (this run of it) started.
+type ContainerUsage struct {
+	// Container is the container's name, as the API server names it.
+	Container string `json:"container"`
+	// ID is the runtime's ID of this run of the container: a restarted container has a new
+	// one, with a new cgroup whose counters start from zero.
+	ID string `json:"id"`
+	// CPUUserUsec and CPUSystemUsec are the cgroup's cpu.stat user_usec and system_usec.
+	CPUUserUsec   uint64 `json:"cpu_user_usec"`
+	CPUSystemUsec uint64 `json:"cpu_system_usec"`
+	// Memory says the node counts the cgroup's memory (v2 memory controller, or the v1
+	// memory hierarchy of a hybrid node); MemoryBytes is then memory.current (v1
+	// memory.usage_in_bytes), MemoryPeakBytes memory.peak (v1 memory.max_usage_in_bytes; the
+	// current value on kernels before 5.19).
+	Memory          bool   `json:"memory"`
+	MemoryBytes     uint64 `json:"memory_bytes"`
+	MemoryPeakBytes uint64 `json:"memory_peak_bytes"`
 }
 
 // Welcome answers a hello: enforcement is attached to the pod's cgroup.

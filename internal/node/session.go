@@ -118,6 +118,8 @@ func (s *session) handle(req Request) Reply {
 		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {
 			out.Container, err = s.st.peerContainer(enf, peer)
 		}
+	case OpUsage:
+		out.Usage, err = s.st.usage()
 	case OpOrigDst:
 		var peer, dst netip.AddrPort
 		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {

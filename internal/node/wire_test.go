@@ -82,6 +82,8 @@ var wireGolden = []struct {
 		IdentityTCP: goldenIdentityTCP()}}},
 	{"request-identity-tcp.json", &Request{ID: 14, Op: OpIdentityTCP, IdentityTCP: goldenIdentityTCP()}},
 	{"request-identity-tcp-off.json", &Request{ID: 15, Op: OpIdentityTCP}},
+	// Each identity's compute usage in pods: added to version 1 after them.
+	{"request-usage.json", &Request{ID: 16, Op: OpUsage}},
 
 	{"reply-welcome.json", &Reply{ID: 1, Welcome: &Welcome{Version: 1, Sandbox: "ns.pod", PacketGuard: true}}},
 	{"reply-ok.json", &Reply{ID: 2}},
@@ -92,6 +94,11 @@ var wireGolden = []struct {
 		PacketGuardError: "the BPF LSM is not enabled"}}},
 	{"reply-error.json", &Reply{ID: 9, Error: "protocol version mismatch: the agent speaks version 1, the sidecar 2"}},
 	{"reply-peer.json", &Reply{ID: 11, Container: "reviewer"}},
+	{"reply-usage.json", &Reply{ID: 16, Usage: []ContainerUsage{
+		{Container: "author", ID: "0123abcd", CPUUserUsec: 1500000, CPUSystemUsec: 250000, Memory: true, MemoryBytes: 8 << 20, MemoryPeakBytes: 64 << 20},
+		{Container: "reviewer", ID: "4567ef01", CPUUserUsec: 42},
+	}}},
+	{"reply-usage-none.json", &Reply{ID: 17}},
 	{"reply-deny-minimal.json", &Reply{Deny: &DenyEvent{Time: goldenDenyTime, Hook: "sock_create", Reason: "protocol_not_allowed", Proto: 0}}},
 }
 

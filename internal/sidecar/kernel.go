@@ -295,7 +295,11 @@ func separateNetns(path string) error {
 	if err != nil {
 		return fmt.Errorf("--sandbox-netns %s: %w", path, err)
 	}
-	ours, err := os.Stat("/proc/self/ns/net")
+	// The calling thread's, not the process's (/proc/self is the main thread's): when the
+	// sidecar runs inside exec --ephemeral's process, a thread locked to a goroutine may be in
+	// the sandbox's namespace, the main thread included; every thread that can run this
+	// goroutine, and so open the sidecar's listeners, is in the process's own.
+	ours, err := os.Stat("/proc/thread-self/ns/net")
 	if err != nil {
 		return fmt.Errorf("--sandbox-netns: this process's network namespace: %w", err)
 	}

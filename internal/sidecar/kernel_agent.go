@@ -98,6 +98,7 @@ var (
 	_ Enforcer          = agentEnforcer{}
 	_ podPeers          = agentEnforcer{}
 	_ identityTCPSetter = agentEnforcer{}
+	_ podUsage          = agentEnforcer{}
 )
 
 // SetIdentityTCP implements identityTCPSetter: the agent maps the pod's containers to their
@@ -141,6 +142,9 @@ func (a agentEnforcer) SetIdentities(on bool) error { return a.c.SetIdentities(o
 func (a agentEnforcer) PeerContainer(peer netip.AddrPort) (string, error) {
 	return a.c.PeerContainer(peer)
 }
+
+// ContainerUsage implements podUsage: the agent reads the pod's containers' cgroups.
+func (a agentEnforcer) ContainerUsage() ([]node.ContainerUsage, error) { return a.c.Usage() }
 
 // Counters implements Enforcer. The node agent's protocol (version 1, strictly decoded
 // both ways) carries no received-bytes counters: RxBytes and RxPackets are 0 through it.

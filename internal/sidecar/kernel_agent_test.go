@@ -270,3 +270,47 @@ func TestNodeAgentFailsClosed(t *testing.T) {
 		}
 	})
 }
+
+// TestNodeAgentWireUsage: the meter reads the pod's identities' containers through the
+// agent's usage operation (the golden bytes): each container of an identity becomes its
+// identity's run, a container of none is left out; an agent older than the operation
+// answers an error, after which the identities get no figures and the agent is not asked
+// again.
+func TestNodeAgentWireUsage(t *testing.T) {
+	withID := func(file string, golden, id int) []byte {
+		return bytes.Replace(readWire(t, file), []byte(fmt.Sprintf(`{"id":%d`, golden)), []byte(fmt.Sprintf(`{"id":%d`, id)), 1)
+	}
+	welcome := []byte(`{"id":1,"welcome":{"version":1,"sandbox":"ns.pod","packet_guard":true}}` + "\n")
+	hello := withID("request-hello-minimal.json", 8, 1)
+	name, done := replayAgent(t, []wireStep{
+		{request: "request-hello-minimal.json", replies: [][]byte{welcome}, want: hello},
+		{request: "request-usage.json", replies: [][]byte{withID("reply-usage.json", 16, 2)}, want: withID("request-usage.json", 16, 2)},
+		{request: "request-usage.json", replies: [][]byte{[]byte(`{"id":3,"error":"unknown operation \"usage\""}` + "\n")}, want: withID("request-usage.json", 16, 3)},
+	})
+	enf, err := AttachNodeAgent(name, 5*time.Second)(KernelSpec{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enf.Close()
+	pu, ok := enf.(podUsage)
+	if !ok {
+		t.Fatal("the node agent's Enforcer reads no container usage")
+	}
+	ic := &identityContainers{u: pu, containers: map[string]string{"author": "writer"}, log: quietLogger()}
+	got, err := ic.read()
+	if err != nil || len(got) != 1 {
+		t.Fatalf("read: %+v, %v; want author's run only (reviewer is mapped to no identity)", got, err)
+	}
+	if g := got[0]; g.Identity != "writer" || g.Run != "0123abcd" || g.CPUUserUsec != 1500000 || g.CPUSystemUsec != 250000 ||
+		!g.HasMemory || g.MemoryBytes != 8<<20 || g.MemoryPeakBytes != 64<<20 {
+		t.Errorf("author's run %+v, want identity writer with the golden figures", g)
+	}
+	for i := 0; i < 2; i++ { // the old agent's refusal, then not asked again
+		if got, err := ic.read(); err != nil || got != nil {
+			t.Errorf("read from an agent without the operation: %+v, %v; want nothing, no error", got, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -14,8 +15,13 @@ func TestSeparateNetns(t *testing.T) {
 	if err := os.WriteFile(plain, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The namespace of the thread asking: /proc/self is the main thread's, which another
+	// test's goroutine may have left locked in a namespace of its own (so may a sidecar's
+	// neighbour in exec --ephemeral's process).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for _, tc := range []struct{ path, want string }{
-		{"/proc/self/ns/net", "the sidecar's own network namespace"},
+		{"/proc/thread-self/ns/net", "the sidecar's own network namespace"},
 		{plain, "not a namespace file"},
 		{filepath.Join(t.TempDir(), "missing"), "no such file"},
 	} {

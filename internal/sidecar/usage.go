@@ -7,8 +7,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/airlock-dev/airlock/internal/node"
 	"github.com/airlock-dev/airlock/meter"
 )
 
@@ -73,6 +78,9 @@ func (u *usageComponent) start(context.Context) error {
 		cg := meter.FindCgroup(s.cfg.Cgroup, mi)
 		cfg.Cgroup = &cg
 	}
+	if pu, ok := s.kernel.enf.(podUsage); ok && len(s.cfg.IdentityContainers) > 0 {
+		cfg.Containers = (&identityContainers{u: pu, containers: s.cfg.IdentityContainers, log: s.log}).read
+	}
 	if s.kernel.enf != nil {
 		enf := s.kernel.enf
 		cfg.Net = func() (meter.Net, error) {
@@ -103,6 +111,55 @@ func (u *usageComponent) start(context.Context) error {
 		m.Run(ctx)
 	}()
 	return nil
+}
+
+// podUsage is an Enforcer that reads the CPU time and memory of each running app container of
+// the pod: the node agent's.
+type podUsage interface {
+	ContainerUsage() ([]node.ContainerUsage, error)
+}
+
+// identityContainers reads, for the meter, the running containers of a pod that are
+// identities (--identity-containers): the pod's identities are metered from their
+// containers' cgroups, which the node agent reads (its usage operation).
+type identityContainers struct {
+	u          podUsage
+	containers map[string]string // container name to identity
+	log        logrus.FieldLogger
+
+	// unsupported is set once an agent answered that it has no usage operation (an agent
+	// older than the sidecar): the identities then get no figures, logged once, until the
+	// sidecar restarts.
+	unsupported atomic.Bool
+}
+
+// read is meter.Config.Containers. Containers of no identity are left out: they are the
+// pod's own, whose figures the pod's record would hold.
+func (ic *identityContainers) read() ([]meter.ContainerStats, error) {
+	if ic.unsupported.Load() {
+		return nil, nil
+	}
+	us, err := ic.u.ContainerUsage()
+	if err != nil && strings.Contains(err.Error(), `unknown operation "`+node.OpUsage+`"`) {
+		ic.unsupported.Store(true)
+		ic.log.WithError(err).Warn("the node agent cannot read the containers' usage (older than the sidecar): the identities get no CPU or memory figures; upgrade the node agents")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []meter.ContainerStats
+	for _, u := range us {
+		id, ok := ic.containers[u.Container]
+		if !ok {
+			continue
+		}
+		out = append(out, meter.ContainerStats{Identity: id, Run: u.ID, CgroupStats: meter.CgroupStats{
+			CPUUserUsec: u.CPUUserUsec, CPUSystemUsec: u.CPUSystemUsec,
+			MemoryBytes: u.MemoryBytes, MemoryPeakBytes: u.MemoryPeakBytes, HasMemory: u.Memory,
+		}})
+	}
+	return out, nil
 }
 
 // modelSpend reads the model API's spend: none with --llm-addr off, unknown (false) until

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,7 +36,17 @@ type CreateOptions struct {
 	PolicyFile string
 	// Environment sets AnnotationEnvironment; empty leaves the webhook's default.
 	Environment string
+	// Containers names the pod's app containers, each running Image and Command (DNS-1123
+	// labels, distinct, not SidecarName); empty means one, DefaultContainer.
+	Containers []string
+	// Identities sets AnnotationIdentities ("CONTAINER=IDENTITY,..."); empty means none. It
+	// is checked before anything is created: its syntax and containers as the webhook checks
+	// them, and its identities against the policy (PolicyFile, else the ConfigMap's).
+	Identities string
 }
+
+// DefaultContainer is the name of a sandbox pod's app container when CreateOptions name none.
+const DefaultContainer = "sandbox"
 
 // CreatePod creates a pod labelled for injection (the webhook adds the sidecar when the API
 // server admits it) and, with PolicyFile, its policy ConfigMap; it returns the pod as the API
@@ -43,16 +55,23 @@ func CreatePod(ctx context.Context, client API, o CreateOptions) (*corev1.Pod, e
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	pod := o.pod()
+	var data []byte
 	if o.PolicyFile != "" {
-		data, err := policyData(o.PolicyFile)
-		if err != nil {
+		var err error
+		if data, err = policyData(o.PolicyFile); err != nil {
 			return nil, err
 		}
+	}
+	if err := o.checkIdentities(ctx, client, pod, data); err != nil {
+		return nil, err
+	}
+	if o.PolicyFile != "" {
 		if err := applyConfigMap(ctx, client, o, data); err != nil {
 			return nil, err
 		}
 	}
-	pod, err := client.CreatePod(ctx, o.pod())
+	pod, err := client.CreatePod(ctx, pod)
 	if err != nil {
 		return nil, fmt.Errorf("create pod %s/%s: %w", o.Namespace, o.Name, err)
 	}
@@ -90,7 +109,67 @@ func (o *CreateOptions) defaults() error {
 			return fmt.Errorf("environment %q: use production, staging or development", o.Environment)
 		}
 	}
+	return o.defaultContainers()
+}
+
+// defaultContainers fills and checks Containers.
+func (o *CreateOptions) defaultContainers() error {
+	if len(o.Containers) == 0 {
+		o.Containers = []string{DefaultContainer}
+	}
+	for i, c := range o.Containers {
+		switch {
+		case len(validation.IsDNS1123Label(c)) > 0:
+			return fmt.Errorf("container name %q: %s", c, validation.IsDNS1123Label(c)[0])
+		case c == SidecarName:
+			return fmt.Errorf("container name %q is reserved for the airlock sidecar", c)
+		case slices.Contains(o.Containers[:i], c):
+			return fmt.Errorf("container name %q is given twice", c)
+		}
+	}
 	return nil
+}
+
+// checkIdentities checks Identities before anything is created: its syntax and containers
+// with the webhook's own check on the pod about to be created, then that the policy defines
+// every identity it names (policyFile's bytes when given, else the existing ConfigMap's), the
+// error naming the file (or ConfigMap) and the line where spec.identities lacks it.
+func (o *CreateOptions) checkIdentities(ctx context.Context, client API, pod *corev1.Pod, policyFile []byte) error {
+	if o.Identities == "" {
+		return nil
+	}
+	m, err := identitiesFor(pod)
+	if err != nil {
+		return fmt.Errorf("identities %q: %s", o.Identities, strings.TrimPrefix(err.Error(), ErrDenied.Error()+": "))
+	}
+	source, data := o.PolicyFile, policyFile
+	if o.PolicyFile == "" {
+		if source, data, err = configMapPolicy(ctx, client, o); err != nil {
+			return fmt.Errorf("identities %q: %w", o.Identities, err)
+		}
+	}
+	if _, err := policy.CheckIdentityMapSource(source, data, m); err != nil {
+		return fmt.Errorf("identities %q: %w", o.Identities, err)
+	}
+	return nil
+}
+
+// configMapPolicy reads the policy of the existing ConfigMap the pod will name, and a name
+// for it in errors.
+func configMapPolicy(ctx context.Context, client API, o *CreateOptions) (string, []byte, error) {
+	source := fmt.Sprintf("ConfigMap %s/%s/%s", o.Namespace, o.PolicyConfigMap, o.PolicyKey)
+	cm, err := client.GetConfigMap(ctx, o.Namespace, o.PolicyConfigMap)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil, fmt.Errorf("policy ConfigMap %s/%s does not exist, so the identities cannot be checked against its policy: give the policy file (--policy) or create the ConfigMap first", o.Namespace, o.PolicyConfigMap)
+	case err != nil:
+		return "", nil, fmt.Errorf("get policy ConfigMap %s/%s: %w", o.Namespace, o.PolicyConfigMap, err)
+	}
+	data, ok := cm.Data[o.PolicyKey]
+	if !ok {
+		return "", nil, fmt.Errorf("%s: no such key in the ConfigMap", source)
+	}
+	return source, []byte(data), nil
 }
 
 // policyData reads and validates a policy file for a ConfigMap. The ConfigMap carries one
@@ -152,8 +231,23 @@ func (o *CreateOptions) pod() *corev1.Pod {
 	if o.Environment != "" {
 		annotations[AnnotationEnvironment] = o.Environment
 	}
+	if o.Identities != "" {
+		annotations[AnnotationIdentities] = o.Identities
+	}
 	labels := map[string]string{LabelInject: "true", "app.kubernetes.io/managed-by": "airlock", LabelSandbox: o.Name}
 	noToken, noEscalation := false, false
+	containers := make([]corev1.Container, 0, len(o.Containers))
+	for _, name := range o.Containers {
+		containers = append(containers, corev1.Container{
+			Name:    name,
+			Image:   o.Image,
+			Command: o.Command,
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: &noEscalation,
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		})
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        o.Name,
@@ -169,15 +263,7 @@ func (o *CreateOptions) pod() *corev1.Pod {
 			// pod never runs.
 			SchedulingGates: []corev1.PodSchedulingGate{{Name: SchedulingGate}},
 			SecurityContext: sandboxPodSecurity(),
-			Containers: []corev1.Container{{
-				Name:    "sandbox",
-				Image:   o.Image,
-				Command: o.Command,
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: &noEscalation,
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+			Containers:      containers,
 		},
 	}
 }

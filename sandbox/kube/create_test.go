@@ -30,6 +30,12 @@ spec:
       ports: [443]
 `
 
+// idPolicy has identities reviewer and author (spec.identities: line 10).
+const idPolicy = okPolicy + `  identities:
+    reviewer: {}
+    author: {}
+`
+
 func writeFile(t *testing.T, dir, name, data string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -125,6 +131,7 @@ func TestCreatePodRefuses(t *testing.T) {
 	bad := writeFile(t, dir, "bad.yaml", strings.Replace(okPolicy, "hosts:", "hostz:", 1))
 	writeFile(t, dir, "base.yaml", okPolicy)
 	child := writeFile(t, dir, "child.yaml", strings.Replace(okPolicy, "spec:\n", "spec:\n  extends: [./base.yaml]\n", 1))
+	idFile := writeFile(t, dir, "ids.yaml", idPolicy)
 	for _, tc := range []struct {
 		name string
 		o    CreateOptions
@@ -137,6 +144,18 @@ func TestCreatePodRefuses(t *testing.T) {
 		{"no image", CreateOptions{Name: "a"}, "image is required"},
 		{"bad key", CreateOptions{Name: "a", Image: "i", PolicyKey: "a/b"}, "policy key"},
 		{"bad environment", CreateOptions{Name: "a", Image: "i", Environment: "prod"}, "environment"},
+		{"container twice", CreateOptions{Name: "a", Image: "i", Containers: []string{"r", "r"}}, `container name "r" is given twice`},
+		{"container named like the sidecar", CreateOptions{Name: "a", Image: "i", Containers: []string{SidecarName}}, "reserved for the airlock sidecar"},
+		{"bad container name", CreateOptions{Name: "a", Image: "i", Containers: []string{"Rev"}}, `container name "Rev"`},
+		{"identities syntax", CreateOptions{Name: "a", Image: "i", PolicyFile: idFile, Identities: "reviewer"}, "want CONTAINER=IDENTITY"},
+		{"identities of a container the pod lacks", CreateOptions{Name: "a", Image: "i", PolicyFile: idFile, Identities: "reviewer=reviewer"},
+			`maps container "reviewer", which the pod does not have (its containers: sandbox)`},
+		{"identities of the sidecar", CreateOptions{Name: "a", Image: "i", PolicyFile: idFile, Identities: "airlock=reviewer"}, "the airlock sidecar, which has no identity"},
+		{"identity the policy file lacks", CreateOptions{Name: "a", Image: "i", PolicyFile: idFile, Containers: []string{"reviewer", "author"},
+			Identities: "reviewer=reviewer,author=admin"}, idFile + `:10:3: spec.identities: container "author" is mapped to identity "admin", which policy "sandbox" does not define (its identities are author, reviewer)`},
+		{"identities of a policy without any", CreateOptions{Name: "a", Image: "i", PolicyFile: writeFile(t, dir, "ok.yaml", okPolicy),
+			Identities: "sandbox=reviewer"}, `ok.yaml:5:1: spec.identities: container "sandbox" is mapped to identity "reviewer", which policy "sandbox" does not define (no spec.identities)`},
+		{"identities without a policy to check", CreateOptions{Name: "a", Image: "i", Identities: "sandbox=reviewer"}, "policy ConfigMap default/a-policy does not exist, so the identities cannot be checked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := kubetest.Clientset{Interface: fake.NewClientset()}
@@ -158,5 +177,54 @@ func TestCreatePodAlreadyExists(t *testing.T) {
 	_, err := CreatePod(context.Background(), client, CreateOptions{Name: "dup", Image: "i", PolicyConfigMap: "p"})
 	if err == nil || !strings.Contains(err.Error(), "create pod default/dup") {
 		t.Errorf("CreatePod over an existing pod: %v, want a create error", err)
+	}
+}
+
+// TestCreatePodWithIdentities: the pod gets one container per name, each with the image,
+// command and confinement, and the identities annotation, which the webhook admits and
+// hands to the sidecar; identities are checked against an existing ConfigMap's policy when
+// no file is given, naming the ConfigMap and the line.
+func TestCreatePodWithIdentities(t *testing.T) {
+	ctx := context.Background()
+	client := kubetest.Clientset{Interface: fake.NewClientset()}
+	file := writeFile(t, t.TempDir(), "p.yaml", idPolicy)
+	pod, err := CreatePod(ctx, client, CreateOptions{Name: "agents", Image: "probe", PolicyFile: file,
+		Containers: []string{"reviewer", "author"}, Identities: "reviewer=reviewer,author=author"})
+	if err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	if got := pod.Annotations[AnnotationIdentities]; got != "reviewer=reviewer,author=author" {
+		t.Errorf("annotation %s = %q", AnnotationIdentities, got)
+	}
+	var names []string
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name)
+		if c.Image != "probe" || !slices.Equal(c.Command, []string{"sleep", "infinity"}) || c.SecurityContext == nil ||
+			c.SecurityContext.Capabilities == nil || !slices.Equal(c.SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("container %+v: want the image, the command and every capability dropped", c)
+		}
+	}
+	if !slices.Equal(names, []string{"reviewer", "author"}) {
+		t.Errorf("containers %v, want reviewer, author", names)
+	}
+	o := testOptions()
+	got := applyPatch(t, pod, admit(t, newTestHandler(t, o), pod, "default"))
+	if v, _ := argValue(got.Spec.InitContainers[0].Args, "--identity-containers"); v != "author=author,reviewer=reviewer" {
+		t.Errorf("sidecar --identity-containers %q", v)
+	}
+
+	// No file: the existing ConfigMap's policy is the one checked.
+	_, err = CreatePod(ctx, client, CreateOptions{Name: "agents2", Image: "probe", PolicyConfigMap: "agents-policy",
+		Containers: []string{"reviewer"}, Identities: "reviewer=admin"})
+	want := `ConfigMap default/agents-policy/policy.yaml:10:3: spec.identities: container "reviewer" is mapped to identity "admin"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("an identity the ConfigMap's policy lacks: %v, want %q", err, want)
+	}
+	if _, err := client.CoreV1().Pods("default").Get(ctx, "agents2", metav1.GetOptions{}); err == nil {
+		t.Error("the refused pod was created")
+	}
+	if _, err := CreatePod(ctx, client, CreateOptions{Name: "agents3", Image: "probe", PolicyConfigMap: "agents-policy",
+		Containers: []string{"reviewer"}, Identities: "reviewer=reviewer"}); err != nil {
+		t.Errorf("identities the ConfigMap's policy defines: %v", err)
 	}
 }

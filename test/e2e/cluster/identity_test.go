@@ -45,6 +45,7 @@ data:
       secrets:
         upstream-token:
           vault: {path: secret/data/k12/identities, field: token}
+      usage: {interval: 1s}
       identities:
         reviewer:
           egress:
@@ -119,6 +120,7 @@ func (e *env) checkIdentities(ctx context.Context, t *testing.T) {
 		t.Errorf("sidecar args %q, want --identity-containers from the annotation", args)
 	}
 	e.checkTwoIdentities(ctx, t, secret, "")
+	e.checkIdentityUsage(ctx, t)
 	if t.Failed() {
 		e.dumpLogs(ctx, t, k12NS, idPod)
 		return
@@ -144,6 +146,40 @@ func (e *env) checkIdentities(ctx context.Context, t *testing.T) {
 		t.Error("the secret is in the sidecar's log")
 	}
 	e.kubectl(ctx, t, "-n", k12NS, "delete", "pod", idPod, "--wait=true", "--timeout=2m")
+}
+
+// checkIdentityUsage: the reviewer's compute is metered apart (the node agent reads its
+// container's cgroup for the sidecar): after the probes it ran, `airlock usage --identity
+// reviewer` in the sidecar shows CPU time.
+func (e *env) checkIdentityUsage(ctx context.Context, t *testing.T) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(time.Minute)
+	for { // the sidecar samples every second (spec.usage.interval): observe, bounded
+		out, err := e.c.Kubectl(ctx, "-n", k12NS, "exec", idPod, "-c", "airlock", "--",
+			"airlock", "usage", "--state-dir", "/var/lib/airlock", "--identity", "reviewer", "--json")
+		last = out
+		var u struct {
+			Sandboxes []struct {
+				Identity   string  `json:"identity"`
+				CPUSeconds float64 `json:"cpu_seconds"`
+				MemoryPeak uint64  `json:"memory_peak_bytes"`
+			} `json:"sandboxes"`
+		}
+		if err == nil && json.Unmarshal([]byte(out), &u) == nil {
+			for _, s := range u.Sandboxes {
+				if s.Identity == "reviewer" && s.CPUSeconds > 0 {
+					t.Logf("reviewer metered: %.3f CPU-seconds, memory peak %d bytes", s.CPUSeconds, s.MemoryPeak)
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("airlock usage --identity reviewer in the sidecar: no CPU time for reviewer within a minute; last answer: %v %s", err, last)
+			return
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // checkTwoIdentities runs the requests of both containers and reads what the upstream saw.
