@@ -82,12 +82,13 @@ func (s *Stage) SettleName(ctx context.Context, pol *policy.Policy, nd policy.Na
 		return pol, nd
 	}
 	c, _ := pol.Approval()
-	out := s.hold(ctx, pol, nd.Decision, Ask{Host: nd.Host, Via: ViaDNS}, min(c.Hold, policy.DNSApprovalHoldCap))
+	a := Ask{Host: nd.Host, Via: ViaDNS, Identity: pol.IdentityName()}
+	out := s.hold(ctx, pol, nd.Decision, a, min(c.Hold, policy.DNSApprovalHoldCap))
 	if out.status != StatusGranted {
 		nd.Decision = s.refusal(nd.Decision, out)
 		return pol, nd
 	}
-	np := s.Current()
+	np := s.currentAs(pol)
 	return np, np.DecideName(nd.Host)
 }
 

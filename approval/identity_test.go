@@ -61,3 +61,42 @@ func TestGrantServesItsIdentityOnly(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestNameGrantServesItsIdentityOnly: a DNS query's ask is for the identity that asked, and
+// the held query is decided, once granted, by that identity's policy with its new grant.
+func TestNameGrantServesItsIdentityOnly(t *testing.T) {
+	f := newFixture(t, askAll+"  identities:\n    reviewer: {}\n    author: {}\n", nil)
+	author, ok := f.s.Current().Identity("author")
+	if !ok {
+		t.Fatal("no identity author")
+	}
+	type settled struct {
+		pol *policy.Policy
+		nd  policy.NameDecision
+	}
+	res := make(chan settled, 1)
+	go func() {
+		pol, nd := f.s.SettleName(context.Background(), author, author.DecideName("new.example.org"))
+		res <- settled{pol, nd}
+	}()
+	a := <-f.asked
+	if a.Identity != "author" || a.Via != ViaDNS {
+		t.Fatalf("ask %+v, want a DNS ask for identity author", a)
+	}
+	if _, err := f.s.Answer(a.ID, Answer{Grant: true, Scope: ScopeSandbox, Approver: "uid:0"}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-res
+	if !got.nd.Allowed() || got.pol.IdentityName() != "author" {
+		t.Fatalf("author's held query: %+v under identity %q, want allowed as author", got.nd, got.pol.IdentityName())
+	}
+	for _, name := range []string{"reviewer", ""} {
+		pol := f.s.Current()
+		if name != "" {
+			pol, _ = pol.Identity(name)
+		}
+		if nd := pol.DecideName("new.example.org"); nd.Allowed() {
+			t.Errorf("identity %q may resolve by author's grant", name)
+		}
+	}
+}

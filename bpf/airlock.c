@@ -24,6 +24,10 @@
  *  - sock_create runs when an AF_INET/AF_INET6 socket is created.
  *  - cgroup_skb/egress sees every packet the cgroup's full sockets send; cgroup_skb/ingress
  *    every packet delivered to them (counted only, never dropped).
+ *  - The DNS filter learns which cgroup sent each UDP query: connect4/6 and sendmsg4/6, in the
+ *    sending task's context, note its cgroup on the socket (dns_sk); egress, which sees the
+ *    packet's real source, copies it under the source address, port and DNS message ID the
+ *    filter receives (dns_cg). A TCP query's is its connection's (peer_cg).
  *  - sockops (established callbacks) re-keys the original destination of a redirected
  *    connection by the client's local address and port, which is what the transparent
  *    listener sees as the peer of the accepted connection.
@@ -158,6 +162,24 @@ struct {
 	__type(key, int);
 	__type(value, struct mark);
 } marks SEC(".maps");
+
+/* The cgroup of the task that sent each UDP query to the DNS filter (dns_key), from the
+ * egress of the query until the filter reads it (milliseconds); and, per socket, which
+ * cgroup's task sends on it (dns_sk). An evicted entry makes the filter's lookup fail, and the
+ * query is refused (identity_unknown): never another query's identity. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct dns_key);
+	__type(value, struct peer_val);
+} dns_cg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct peer_val);
+} dns_sk SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -465,6 +487,25 @@ static __always_inline void record_peer(struct bpf_sock_addr *ctx, __u64 cgid)
 	bpf_map_update_elem(&conn_cg, &cookie, &v, BPF_ANY);
 }
 
+/* note_dns_sender records on a UDP socket that the task of cgroup cgid sends on it to the DNS
+ * filter (connect(2) to it, or sendmsg(2) with its address). Both hooks run with the socket
+ * locked (the _LOCK variants of the cgroup hooks), so two tasks never race here. A second
+ * cgroup makes the socket DNS_CG_MIXED for good: its queries are then refused, whichever task
+ * sends them, since the egress of one task's query may run after another's hook. A socket
+ * whose storage cannot be had has none, and its queries are refused likewise. */
+static __always_inline void note_dns_sender(struct bpf_sock *sk, __u64 cgid)
+{
+	if (!sk)
+		return;
+	struct peer_val *v = bpf_sk_storage_get(&dns_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!v)
+		return;
+	if (v->cgid == 0)
+		v->cgid = cgid;
+	else if (v->cgid != cgid)
+		v->cgid = DNS_CG_MIXED;
+}
+
 /* identity_task: the policy has identities and the current task is not in the enforced
  * cgroup itself (but in an identity's cgroup below it), nor in a cgroup the sidecar mapped to
  * the sandbox's own identity (index 0: a pod's default container). */
@@ -491,6 +532,8 @@ static __always_inline int decide_connect(struct bpf_sock_addr *ctx, const __u8 
 	}
 	if (is_listener(addr, port, proto)) {
 		record_peer(ctx, cgid);
+		if (proto == IPPROTO_UDP)
+			note_dns_sender(ctx->sk, cgid);
 		goto allow;
 	}
 	if (own_loopback(addr))
@@ -565,7 +608,11 @@ int connect6(struct bpf_sock_addr *ctx)
 static __always_inline int decide_sendmsg(struct bpf_sock_addr *ctx, const __u8 addr[16], __u8 hook)
 {
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
-	if (ctx->protocol == IPPROTO_UDP && (is_listener(addr, port, IPPROTO_UDP) || own_loopback(addr)))
+	if (ctx->protocol == IPPROTO_UDP && is_listener(addr, port, IPPROTO_UDP)) {
+		note_dns_sender(ctx->sk, bpf_get_current_cgroup_id());
+		return VERDICT_ALLOW;
+	}
+	if (ctx->protocol == IPPROTO_UDP && own_loopback(addr))
 		return VERDICT_ALLOW;
 	return refuse(hook, DENY_UDP, addr, port, ctx->protocol, ctx->family, ctx->type, 1);
 }
@@ -662,6 +709,64 @@ static __always_inline int packet_dst(struct __sk_buff *skb, __u8 addr[16], __u1
 	return 1;
 }
 
+/* dns_query_key reads the source address and port and the DNS message ID of a UDP packet
+ * (protocol already known to be UDP). It returns 0 when it could not, or when the packet is a
+ * fragment past the first (no UDP header). */
+static __always_inline int dns_query_key(struct __sk_buff *skb, struct dns_key *k)
+{
+	__u32 off;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 vihl;
+		__u16 frag;
+		__u32 saddr;
+		if (bpf_skb_load_bytes(skb, 0, &vihl, 1) || bpf_skb_load_bytes(skb, 6, &frag, 2) ||
+		    bpf_skb_load_bytes(skb, 12, &saddr, 4))
+			return 0;
+		if (bpf_ntohs(frag) & 0x1fff)
+			return 0;
+		mapped4(k->addr, saddr);
+		off = (vihl & 0xf) * 4;
+	} else {
+		if (bpf_skb_load_bytes(skb, 8, k->addr, 16))
+			return 0;
+		off = 40;
+	}
+	__u16 port, id;
+	if (bpf_skb_load_bytes(skb, off, &port, 2) || bpf_skb_load_bytes(skb, off + 8, &id, 2))
+		return 0;
+	k->port = bpf_ntohs(port);
+	k->id = bpf_ntohs(id);
+	return 1;
+}
+
+/* record_dns notes which cgroup's task sent a UDP query to the DNS filter (dns_sk, 0 when it
+ * cannot be told), keyed as the filter receives it (dns_key). Two queries with one key from
+ * different cgroups (two sockets sharing an address and port, SO_REUSEADDR; or a port and ID
+ * used again while the first query's entry lives) make the key's entry 0, so the filter
+ * refuses rather than guess: the first is inserted (BPF_NOEXIST, atomic), any other that
+ * differs overwrites it with 0. It returns 0 for a packet it cannot key: the caller drops it,
+ * since the filter would look up an entry another query left. A UDP GSO super-packet
+ * (UDP_SEGMENT) is one of those: the filter receives each segment as a datagram, and only the
+ * first one's ID is here. */
+static __always_inline int record_dns(struct __sk_buff *skb, struct bpf_sock *sk)
+{
+	struct dns_key k = {};
+	if (skb->gso_size || !dns_query_key(skb, &k))
+		return 0;
+	struct peer_val v = {};
+	struct peer_val *snd = bpf_sk_storage_get(&dns_sk, sk, 0, 0);
+	if (snd && snd->cgid != DNS_CG_MIXED)
+		v.cgid = snd->cgid;
+	if (bpf_map_update_elem(&dns_cg, &k, &v, BPF_NOEXIST) == 0)
+		return 1;
+	struct peer_val *old = bpf_map_lookup_elem(&dns_cg, &k);
+	if (old && old->cgid != v.cgid) {
+		struct peer_val none = {};
+		bpf_map_update_elem(&dns_cg, &k, &none, BPF_ANY);
+	}
+	return 1;
+}
+
 SEC("cgroup_skb/egress")
 int egress(struct __sk_buff *skb)
 {
@@ -680,6 +785,12 @@ int egress(struct __sk_buff *skb)
 		/* Request and time-wait sockets: kernel-generated SYN-ACKs, ACKs and RSTs of
 		 * connections that already exist. */
 		goto pass;
+	}
+	if (parsed && proto == IPPROTO_UDP && is_listener(addr, port, IPPROTO_UDP) && !record_dns(skb, sk)) {
+		/* Never sent, report mode or not: the filter could take it for another query. */
+		count_deny();
+		emit(HOOK_EGRESS, DENY_PROTOCOL, addr, port, proto, sk->family, sk->type, 0, 0);
+		return VERDICT_DENY;
 	}
 	struct mark *m = bpf_sk_storage_get(&marks, sk, 0, 0);
 	if (m) {

@@ -133,6 +133,23 @@ struct peer_val {
 	__u64 cgid;
 };
 
+/* dns_cg map key: one UDP query to the DNS filter as the filter receives it: the client's
+ * source address and port (read from the packet, so exactly what the filter's socket sees) and
+ * the query's DNS message ID. The value (peer_val) is the cgroup of the task that sent it (see
+ * dns_sk), 0 when it cannot be told: two sockets of different cgroups sent a query with the
+ * same key, or a socket two cgroups sent on. The sidecar maps it to an identity. */
+struct dns_key {
+	__u8 addr[16];
+	__u16 port; /* host byte order */
+	__u16 id;   /* the DNS message ID, host byte order */
+};
+
+/* dns_sk (socket storage, peer_val): the cgroup of the task that sent on a UDP socket to the
+ * DNS filter, taken where the kernel runs in that task's context: connect(2) to the filter,
+ * and every sendmsg(2) with the filter's address. A socket a second cgroup sends on or
+ * connects gets DNS_CG_MIXED for good: its queries' identity cannot be told. */
+#define DNS_CG_MIXED ((__u64)-1)
+
 /* marks (socket storage): the destination a socket was allowed to at connect time. The
  * egress backstop lets a marked socket's packets to that destination pass, so a connection
  * opened before its allow entry expired keeps working. */

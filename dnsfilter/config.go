@@ -37,6 +37,17 @@ type Approvals interface {
 	SettleName(ctx context.Context, pol *policy.Policy, nd policy.NameDecision) (*policy.Policy, policy.NameDecision)
 }
 
+// Identities tells which identity of the policy (spec.identities) sent a query, from the
+// kernel's record of the cgroup of the sandbox task that sent it (internal/sidecar passes the
+// kernel's lookup in). Nothing in the query chooses it.
+type Identities interface {
+	// QueryIdentity returns the identity name of the query with message ID id from client
+	// (its source address and port), received over TCP when tcp is set, else over UDP: "" for
+	// the sandbox's own policy. An error means it cannot be told; the query is then refused
+	// with identity_unknown.
+	QueryIdentity(client netip.AddrPort, id uint16, tcp bool) (string, error)
+}
+
 // Defaults for the zero values of Config.
 const (
 	// DefaultTimeout bounds one exchange with one upstream resolver.
@@ -80,6 +91,10 @@ type Config struct {
 	// Approvals holds queries for names no rule names while the operator is asked. Nil
 	// means they are refused at once.
 	Approvals Approvals
+	// Identities tells which identity sent each query, when the policy has identities:
+	// the query is then decided by that identity's policy, and refused (identity_unknown)
+	// when it cannot be told. Nil means every query is decided by the sandbox's own policy.
+	Identities Identities
 	// Brake is the exfiltration brake (see Brake). Nil means one of the filter's own; the
 	// sidecar passes the one its proxy's resolver admits names through too.
 	Brake *Brake

@@ -30,15 +30,20 @@ func edeCode(reason string) (uint16, bool) {
 
 // explainDenial adds an Extended DNS Error to a denied reply when the client speaks EDNS(0)
 // (a reply may carry OPT only then, RFC 6891 §7): the code, and as EXTRA-TEXT the policy's
-// name, the reason code, what was denied and the catalogue's remedy, so an agent can report
-// the denial instead of retrying it. `dig` prints it as "EDE: 15 (Blocked): (...)".
+// name (and the identity that asked, with spec.identities), the reason code, what was denied
+// and the catalogue's remedy, so an agent can report the denial instead of retrying it. `dig`
+// prints it as "EDE: 15 (Blocked): (...)".
 func explainDenial(reply *dns.Msg, ev audit.Event) {
 	code, ok := edeCode(ev.Reason)
 	opt := reply.IsEdns0()
 	if !ok || opt == nil || ev.Decision != audit.DecisionDeny {
 		return
 	}
-	text := fmt.Sprintf("airlock policy %s: %s: %s", ev.Policy, ev.Reason, ev.Detail)
+	who := ev.Policy
+	if ev.Identity != "" {
+		who += " (identity " + ev.Identity + ")"
+	}
+	text := fmt.Sprintf("airlock policy %s: %s: %s", who, ev.Reason, ev.Detail)
 	if remedy := policy.Reason(ev.Reason).Remedy(); remedy != "" {
 		text += "; " + remedy
 	}

@@ -24,12 +24,15 @@ const serverUDPSize = 4096
 type Filter struct {
 	cfg     Config
 	x       *exchanger
-	book    *book
+	book    *book // the sandbox's own tasks' answers, opened in the AllowMap
+	idBook  *book // identities' answers: tracked, never opened (identity.go)
 	brake   *Brake
 	decided decisions // DecideName per question name, for the current policy
-	metrics *metrics
-	log     *logrus.Logger
-	resolv  []netip.AddrPort // nameservers of cfg.ResolvConf, read by New
+	// idDecided holds each identity's decisions (identity name → *decisions).
+	idDecided sync.Map
+	metrics   *metrics
+	log       *logrus.Logger
+	resolv    []netip.AddrPort // nameservers of cfg.ResolvConf, read by New
 
 	// mu guards servers and closed.
 	mu      sync.Mutex
@@ -59,6 +62,7 @@ func New(cfg Config) (*Filter, error) {
 		cfg:     cfg,
 		x:       newExchanger(cfg),
 		book:    newBook(cfg.AllowMap, cfg.Now),
+		idBook:  newBook(nil, cfg.Now),
 		brake:   cfg.Brake,
 		metrics: newMetrics(),
 		log:     cfg.Logger,
@@ -188,7 +192,9 @@ func isNotStarted(err error) bool { return err != nil && err.Error() == "dns: se
 
 // Resolved reports whether the filter handed out addr for name in an allowed answer whose
 // allow-map lifetime has not ended. Addresses belong to the name that was asked (see
-// cleanAnswer for the CNAME decision): a CNAME target is not itself "resolved". name is
+// cleanAnswer for the CNAME decision): a CNAME target is not itself "resolved". An answer
+// to any identity counts: the transparent listener decides a connection by its own
+// identity's policy, this only checks that the address is the name's. name is
 // normalised like a policy host; an IPv4-mapped addr is unmapped. The transparent proxy uses
 // it to check that a connection's original destination is an address of its SNI or Host.
 func (f *Filter) Resolved(name string, addr netip.Addr) bool {
@@ -196,7 +202,8 @@ func (f *Filter) Resolved(name string, addr netip.Addr) bool {
 	if err != nil || h.IsIP() {
 		return false
 	}
-	return f.book.resolved(h.Name, addr.WithZone("").Unmap())
+	a := addr.WithZone("").Unmap()
+	return f.book.resolved(h.Name, a) || f.idBook.resolved(h.Name, a)
 }
 
 // servers returns the upstreams for a query under pol: Config.Upstreams, else the policy's
@@ -220,11 +227,17 @@ func (f *Filter) upstreams(pol *policy.Policy) []netip.AddrPort {
 // returns the number of entries narrowed, and an error wrapping the AllowMap's when a revoke
 // fails (the remaining entries are then left as they were).
 func (f *Filter) PolicyChanged(pol *policy.Policy) (int, error) {
-	return f.book.prune(func(name string, a netip.Addr) []uint16 {
+	allowed := func(name string, a netip.Addr) []uint16 {
 		nd := pol.DecideName(name)
 		if !nd.Allowed() || nd.WouldDeny {
 			return nil
 		}
 		return allowedPorts(pol, nd, a)
-	})
+	}
+	// Identities' answers opened nothing; narrowing them by the sandbox's policy (which
+	// holds each identity's) only keeps Resolved from vouching for a name no longer allowed.
+	if _, err := f.idBook.prune(allowed); err != nil {
+		return 0, err
+	}
+	return f.book.prune(allowed)
 }

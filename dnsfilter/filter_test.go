@@ -109,7 +109,7 @@ func TestDeniedNameIsNeverForwarded(t *testing.T) {
 			if e.Decision != audit.DecisionDeny || e.Reason != "no_rule" {
 				t.Errorf("audit: got %+v, want deny no_rule", e)
 			}
-			if got := testutil.ToFloat64(h.f.metrics.queries.WithLabelValues("deny", "no_rule")); got != 9 {
+			if got := testutil.ToFloat64(h.f.metrics.queries.WithLabelValues("deny", "no_rule", "")); got != 9 {
 				t.Errorf("metric deny/no_rule: got %v, want 9", got)
 			}
 		})

@@ -22,6 +22,8 @@ type query struct {
 	req     *dns.Msg
 	reply   *dns.Msg
 	name    string // normalised question name (no trailing dot), for the book and audit
+	tcp     bool   // received over TCP
+	book    *book  // where its answer's addresses are recorded (set by policyFor)
 	ev      audit.Event
 	start   time.Time
 	udpSize int // largest answer the client takes over UDP; 0 over TCP
@@ -44,7 +46,7 @@ func (f *Filter) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // the query goes on.
 func (f *Filter) checkShape(q *query) bool {
 	req := q.req
-	if _, tcp := q.w.RemoteAddr().(*net.TCPAddr); !tcp {
+	if _, q.tcp = q.w.RemoteAddr().(*net.TCPAddr); !q.tcp {
 		q.udpSize = dns.MinMsgSize
 	}
 	opt := req.IsEdns0()
@@ -98,15 +100,18 @@ func (f *Filter) reject(q *query, rcode int, reason policy.Reason, detail string
 // answer decides and answers a well-formed query.
 func (f *Filter) answer(q *query) {
 	qs := q.req.Question[0]
+	pol, ok := f.policyFor(q)
+	if !ok {
+		return
+	}
 	if dns.CanonicalName(qs.Name) == LLMName {
 		llmAnswer(q.reply, qs.Qtype, f.cfg.LLMAddr, q.w.LocalAddr())
 		q.ev.Decision, q.ev.Reason = audit.DecisionAllow, string(policy.ReasonReservedName)
 		return
 	}
-	pol := f.cfg.Policy.Current()
 	q.ev.Policy = pol.Name() // the policy this query is decided under
 	cfg := pol.DNS()
-	nd := f.decided.decide(pol, qs.Name)
+	nd := f.decisionsOf(pol).decide(pol, qs.Name)
 	if !nd.Allowed() && f.cfg.Approvals != nil {
 		pol, nd = f.cfg.Approvals.SettleName(context.Background(), pol, nd)
 		q.ev.Policy, cfg = pol.Name(), pol.DNS()
@@ -154,7 +159,7 @@ func (f *Filter) brakeCheck(nd policy.NameDecision, cfg policy.DNSConfig) (polic
 	if msg := checkLabels(nd.Host, nd.Zone(), cfg.MaxLabelLength); msg != "" {
 		return policy.ReasonLabelTooLong, msg
 	}
-	if f.book.liveName(nd.Host) {
+	if f.book.liveName(nd.Host) || f.idBook.liveName(nd.Host) {
 		return "", ""
 	}
 	if !f.brake.admit(nd.Wildcard, nd.Host, cfg.WildcardQueriesPerMinute) {
@@ -172,11 +177,11 @@ func (f *Filter) forward(q *query, pol *policy.Policy, nd policy.NameDecision, c
 	// is needed per query (timers are a measurable share of a forwarder's CPU).
 	r, server, err := f.x.exchange(context.Background(), upstreamQuery(q.req), f.upstreams(pol))
 	if err != nil {
-		f.metrics.counter(f.metrics.upstream, "error", "").Inc()
+		f.metrics.counter(f.metrics.upstream, "error").Inc()
 		f.servfail(q, policy.ReasonUpstreamFailed, err)
 		return
 	}
-	f.metrics.counter(f.metrics.upstream, "ok", "").Inc()
+	f.metrics.counter(f.metrics.upstream, "ok").Inc()
 	q.ev.Addr = server.String()
 	addrs := cleanAnswer(r, qs.Name, qs.Qtype, cfg.MinTTL)
 	f.share(q.name, qs.Qtype, r.Rcode, addrs)
@@ -245,16 +250,14 @@ func (f *Filter) grant(q *query, pol *policy.Policy, nd policy.NameDecision, cfg
 		}
 		grants = append(grants, grant{addr: a.addr, ports: ports, until: now.Add(max(a.ttl, cfg.MinTTL) + cfg.Grace)})
 	}
-	kept, evicted, err := f.book.record(q.name, grants, cfg.MaxIPsPerName)
-	if n := len(evicted); n > 0 {
-		f.metrics.evictions.Add(float64(n))
-		f.metrics.counter(f.metrics.allowMap, "revoke", "").Add(float64(n))
-	}
-	if f.cfg.AllowMap != nil {
-		f.metrics.counter(f.metrics.allowMap, "allow", "").Add(float64(len(kept)))
+	kept, evicted, err := q.book.record(q.name, grants, cfg.MaxIPsPerName)
+	f.metrics.evictions.Add(float64(len(evicted)))
+	if q.book.allow != nil {
+		f.metrics.counter(f.metrics.allowMap, "revoke").Add(float64(len(evicted)))
+		f.metrics.counter(f.metrics.allowMap, "allow").Add(float64(len(kept)))
 	}
 	if err != nil {
-		f.metrics.counter(f.metrics.allowMap, "error", "").Inc()
+		f.metrics.counter(f.metrics.allowMap, "error").Inc()
 		return nil, err
 	}
 	return kept, nil
@@ -319,7 +322,7 @@ func describeAnswer(qtype uint16, r *dns.Msg) string {
 // written to the audit log first (record) so that it is on record before the client can
 // act on the answer.
 func (f *Filter) finish(q *query) {
-	f.metrics.counter(f.metrics.queries, q.ev.Decision, q.ev.Reason).Inc()
+	f.metrics.query(q.ev.Decision, q.ev.Reason, q.ev.Identity).Inc()
 	if q.ev.Decision == audit.DecisionReport {
 		q.ev.Detail = "would deny: " + q.ev.Detail
 	}

@@ -11,7 +11,7 @@ import (
 // metrics are the filter's Prometheus collectors. They live on the Filter, never in package
 // state, and are registered on Config.Registerer.
 type metrics struct {
-	queries   *prometheus.CounterVec // decision, reason
+	queries   *prometheus.CounterVec // decision, reason, identity
 	upstream  *prometheus.CounterVec // result: ok, error
 	allowMap  *prometheus.CounterVec // op: allow, revoke, error
 	evictions prometheus.Counter
@@ -23,16 +23,27 @@ type metrics struct {
 	counters   map[counterKey]prometheus.Counter
 }
 
-// counterKey names one child of a counter vector: the vector and up to two label values.
+// counterKey names one child of a counter vector: the vector and up to three label values.
 type counterKey struct {
-	vec  *prometheus.CounterVec
-	a, b string
+	vec     *prometheus.CounterVec
+	a, b, c string
 }
 
-// counter returns the child of vec with label values a (and b, for a two-label vector: pass
-// "" for b otherwise). Like WithLabelValues, it creates the series on first use.
-func (m *metrics) counter(vec *prometheus.CounterVec, a, b string) prometheus.Counter {
-	k := counterKey{vec, a, b}
+// query returns the child of queries for a query's decision, reason and identity (the
+// spec.identities name that sent it; "" for the sandbox's own, or when it cannot be told).
+func (m *metrics) query(decision, reason, identity string) prometheus.Counter {
+	return m.child(counterKey{m.queries, decision, reason, identity})
+}
+
+// counter returns the child of a one-label vec with label value a. Like WithLabelValues, it
+// creates the series on first use.
+func (m *metrics) counter(vec *prometheus.CounterVec, a string) prometheus.Counter {
+	return m.child(counterKey{vec: vec, a: a})
+}
+
+// child returns the child k names, from the cache when it holds it.
+func (m *metrics) child(k counterKey) prometheus.Counter {
+	vec := k.vec
 	m.countersMu.RLock()
 	c, ok := m.counters[k]
 	m.countersMu.RUnlock()
@@ -40,9 +51,9 @@ func (m *metrics) counter(vec *prometheus.CounterVec, a, b string) prometheus.Co
 		return c
 	}
 	if vec == m.queries {
-		c = vec.WithLabelValues(a, b)
+		c = vec.WithLabelValues(k.a, k.b, k.c)
 	} else {
-		c = vec.WithLabelValues(a)
+		c = vec.WithLabelValues(k.a)
 	}
 	m.countersMu.Lock()
 	m.counters[k] = c
@@ -54,8 +65,8 @@ func newMetrics() *metrics {
 	return &metrics{
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_dns_queries_total",
-			Help: "DNS queries answered by the filter, by decision (allow, deny, report) and reason.",
-		}, []string{"decision", "reason"}),
+			Help: "DNS queries answered by the filter, by decision (allow, deny, report), reason and identity (spec.identities; empty for the sandbox's own).",
+		}, []string{"decision", "reason", "identity"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_dns_upstream_exchanges_total",
 			Help: "Queries forwarded upstream, by result (ok, error).",

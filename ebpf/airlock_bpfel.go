@@ -49,6 +49,13 @@ type airlockCounters struct {
 	RxPackets   uint64
 }
 
+type airlockDnsKey struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+	Port uint16
+	Id   uint16
+}
+
 type airlockEvent struct {
 	_      structs.HostLayout
 	TimeNs uint64
@@ -139,6 +146,8 @@ const (
 	airlockMapCidrs        = "cidrs"
 	airlockMapConfig       = "config"
 	airlockMapConnCg       = "conn_cg"
+	airlockMapDnsCg        = "dns_cg"
+	airlockMapDnsSk        = "dns_sk"
 	airlockMapEvents       = "events"
 	airlockMapExempt       = "exempt"
 	airlockMapIdCgroups    = "id_cgroups"
@@ -224,6 +233,8 @@ type airlockMapSpecs struct {
 	Cidrs      *ebpf.MapSpec `ebpf:"cidrs"`
 	Config     *ebpf.MapSpec `ebpf:"config"`
 	ConnCg     *ebpf.MapSpec `ebpf:"conn_cg"`
+	DnsCg      *ebpf.MapSpec `ebpf:"dns_cg"`
+	DnsSk      *ebpf.MapSpec `ebpf:"dns_sk"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Exempt     *ebpf.MapSpec `ebpf:"exempt"`
 	IdCgroups  *ebpf.MapSpec `ebpf:"id_cgroups"`
@@ -269,6 +280,8 @@ type airlockMaps struct {
 	Cidrs      *ebpf.Map `ebpf:"cidrs"`
 	Config     *ebpf.Map `ebpf:"config"`
 	ConnCg     *ebpf.Map `ebpf:"conn_cg"`
+	DnsCg      *ebpf.Map `ebpf:"dns_cg"`
+	DnsSk      *ebpf.Map `ebpf:"dns_sk"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Exempt     *ebpf.Map `ebpf:"exempt"`
 	IdCgroups  *ebpf.Map `ebpf:"id_cgroups"`
@@ -289,6 +302,8 @@ func (m *airlockMaps) Close() error {
 		m.Cidrs,
 		m.Config,
 		m.ConnCg,
+		m.DnsCg,
+		m.DnsSk,
 		m.Events,
 		m.Exempt,
 		m.IdCgroups,

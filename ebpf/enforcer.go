@@ -281,7 +281,7 @@ func (o *objects) mapsByName() map[string]*ebpf.Map {
 		"allow": m.Allow, "cidrs": m.Cidrs, "config": m.Config, "events": m.Events, "exempt": m.Exempt,
 		"listeners": m.Listeners, "marks": m.Marks, "meta": m.Meta, "orig_cookie": m.OrigCookie,
 		"orig_tuple": m.OrigTuple, "stats": m.Stats, "tports": m.Tports, "conn_cg": m.ConnCg, "peer_cg": m.PeerCg,
-		"id_tcp": m.IdTcp, "id_cgroups": m.IdCgroups,
+		"id_tcp": m.IdTcp, "id_cgroups": m.IdCgroups, "dns_cg": m.DnsCg, "dns_sk": m.DnsSk,
 	}
 }
 

@@ -11,7 +11,8 @@ var (
 	ErrInvalidConfig = errors.New("invalid kernel enforcement config")
 	// ErrNoOriginalDst means the kernel recorded no original destination for a connection.
 	ErrNoOriginalDst = errors.New("no original destination recorded")
-	// ErrNoPeer means the kernel recorded no connecting cgroup for a connection (PeerCgroup).
+	// ErrNoPeer means the kernel recorded no connecting cgroup for a connection (PeerCgroup),
+	// or no sending cgroup it can tell for a DNS query (QueryCgroup).
 	ErrNoPeer = errors.New("no connecting cgroup recorded")
 	// ErrClosed means the Enforcer was closed.
 	ErrClosed = errors.New("kernel enforcer closed")

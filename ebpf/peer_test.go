@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // peerListen is a listener in the fixture's sandbox namespace the programs treat as one of
@@ -92,4 +94,68 @@ func TestPeerCgroupAndIdentityTasks(t *testing.T) {
 	if got := id.Do(t, "connect 4 tcp 198.18.0.10:80"); got != "OK" {
 		t.Errorf("with Identities off: %s, want OK", got)
 	}
+}
+
+// TestQueryCgroup: the kernel records which cgroup's task sent each UDP datagram to the DNS
+// listener, keyed by its source and its first two bytes (a DNS message's ID), whether it was
+// sent with the listener's address or on a socket connected to it.
+func TestQueryCgroup(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Identities = true })
+	child := f.cg.Child(t, "airlock-id-reviewer")
+	for _, tc := range []struct {
+		name, path string
+		probe      *testnet.SandboxProbe
+	}{
+		{"own", f.cg.Path, f.probe(nil)},
+		{"identity", child.Path, f.probe(child)},
+	} {
+		want, err := CgroupID(tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range []string{"sendto 4 ", "udpconnsend 4 ", "sendto 6 "} {
+			if got := tc.probe.Do(t, cmd+dnsAddr.String()); got != "OK" {
+				t.Fatalf("%s: %s: %s", tc.name, cmd, got)
+			}
+			from, id := f.readQuery()
+			if got, err := f.enf.QueryCgroup(from, id); err != nil || got != want {
+				t.Errorf("%s, %s: QueryCgroup(%v, %#x) = %d, %v; want %d", tc.name, cmd, from, id, got, err, want)
+			}
+			if _, err := f.enf.QueryCgroup(from, id+1); !errors.Is(err, ErrNoPeer) {
+				t.Errorf("%s, %s: QueryCgroup with another ID: %v, want ErrNoPeer", tc.name, cmd, err)
+			}
+		}
+	}
+}
+
+// TestQueryGSORefused: a UDP GSO super-packet to the DNS listener is never sent: the
+// listener would receive each segment as a datagram, and only the first one's ID is recorded,
+// so a later segment could match the record another query left.
+func TestQueryGSORefused(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Identities = true })
+	p := f.probe(nil)
+	if got := p.Do(t, "udpgso 4 "+dnsAddr.String()); got != "EPERM" {
+		t.Errorf("UDP GSO to the DNS listener: %s, want EPERM", got)
+	}
+	f.assertNoDatagram(f.dns, dnsAddr)
+	if got := p.Do(t, "sendto 4 "+dnsAddr.String()); got != "OK" {
+		t.Fatalf("a plain datagram to the DNS listener: %s", got)
+	}
+	if from, id := f.readQuery(); id != uint16('p')<<8|'r' {
+		t.Errorf("read %#x from %v, want the plain datagram", id, from)
+	}
+}
+
+// readQuery reads one datagram from the fixture's DNS listener and returns its source and
+// its first two bytes, big-endian (a DNS message's ID).
+func (f *fixture) readQuery() (netip.AddrPort, uint16) {
+	f.t.Helper()
+	_ = f.dns.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 512)
+	n, from, err := f.dns.ReadFrom(buf)
+	if err != nil || n < 2 {
+		f.t.Fatalf("read the query: %d bytes, %v", n, err)
+	}
+	ap := from.(*net.UDPAddr).AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), uint16(buf[0])<<8 | uint16(buf[1])
 }

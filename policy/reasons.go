@@ -44,7 +44,7 @@ const (
 	ReasonUnknownProtocol     Reason = "unknown_protocol"              // a transparent connection speaks neither TLS nor HTTP
 	ReasonTunnelHTTP          Reason = "http_in_tunnel"                // cleartext HTTP in a passthrough CONNECT tunnel
 	ReasonTunnelLimit         Reason = "tunnel_limit"                  // MaxTunnels tunnels are open already (429)
-	ReasonIdentityUnknown     Reason = "identity_unknown"              // the connection's cgroup is not one of the policy's identities
+	ReasonIdentityUnknown     Reason = "identity_unknown"              // the cgroup of the connection or DNS query is not one of the policy's identities
 )
 
 // Reasons of the proxy's failures: an allowed request that could not be completed.
@@ -192,7 +192,7 @@ var reasonCatalogue = []ReasonInfo{
 		"resolve the name through the sandbox's DNS filter and connect to an address it returned"},
 	{ReasonOriginalDstUnknown, EmitProxy, http.StatusForbidden, "the original destination of a transparent connection could not be read",
 		"use the explicit proxy (HTTPS_PROXY); see the sidecar log"},
-	{ReasonIdentityUnknown, EmitProxy, http.StatusForbidden, "the kernel does not say which identity (spec.identities) made the connection, or its cgroup maps to none",
+	{ReasonIdentityUnknown, EmitProxy, http.StatusForbidden, "the kernel does not say which identity (spec.identities) made the connection or sent the DNS query (the DNS filter answers REFUSED), or its cgroup maps to none",
 		"run the command with airlock sandbox exec --as NAME, NAME an identity of the policy, or without --as for the sandbox's own"},
 	{ReasonSNIMissing, EmitProxy, http.StatusForbidden, "a TLS ClientHello names no server where no rule allows that",
 		"connect by name with SNI, or ask the policy owner for allowMissingSNI on the rule"},

@@ -292,7 +292,7 @@ func (x *exchange) RoundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Respon
 		}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingBody{rc: r.Body, limit: x.p.cfg.MaxRequestBodyBytes, n: &x.up, total: x.p.metrics.bytesUp}
+		r.Body = &countingBody{rc: r.Body, limit: x.p.cfg.MaxRequestBodyBytes, n: &x.up, total: x.p.metrics.bytesOf(x.pol.IdentityName()).up}
 	}
 	ctx := context.WithValue(r.Context(), exchangeKey, x)
 	if x.o.h1 == nil { // the fast path's upstream records its address itself
@@ -392,7 +392,7 @@ func (x *exchange) respond(resp *http.Response) *http.Response {
 	x.status = resp.StatusCode
 	x.mu.Unlock()
 	resp.Header.Set(headerAirlockRequestID, x.reqID)
-	resp.Body = &countingBody{rc: resp.Body, limit: -1, n: &x.down, total: x.p.metrics.bytesDown, onClose: x.finish}
+	resp.Body = &countingBody{rc: resp.Body, limit: -1, n: &x.down, total: x.p.metrics.bytesOf(x.pol.IdentityName()).down, onClose: x.finish}
 	return resp
 }
 
@@ -427,7 +427,7 @@ func (x *exchange) finish() {
 		if !recorded { // answered at admission: its event was written then (record)
 			x.p.cfg.Audit.Log(ev)
 		}
-		x.p.metrics.observe(kindHTTP, decision, d.Rule, ev.Duration)
+		x.p.metrics.observe(kindHTTP, decision, d.Rule, ev.Identity, ev.Duration)
 		if t := x.o.tunnel; t != nil {
 			t.up.Add(ev.BytesUp)
 			t.down.Add(ev.BytesDown)

@@ -80,4 +80,24 @@ func TestIdentityDecides(t *testing.T) {
 			}
 		})
 	}
+	// The metrics carry the identity: reviewer's one read and one refusal, and the bytes of
+	// its read (the echo of a one-byte body), apart from the sandbox's own.
+	for _, m := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"airlock_proxy_requests_total", map[string]string{"identity": "reviewer", "decision": "allow"}, 1},
+		{"airlock_proxy_requests_total", map[string]string{"identity": "reviewer", "decision": "deny"}, 1},
+		{"airlock_proxy_requests_total", map[string]string{"identity": "", "decision": "allow"}, 1},
+		{"airlock_proxy_bytes_total", map[string]string{"identity": "reviewer", "direction": "up"}, 1},
+	} {
+		if got := h.metric(m.name, m.labels); got != m.want {
+			t.Errorf("%s%v = %v, want %v", m.name, m.labels, got, m.want)
+		}
+	}
+	if own, rev := h.metric("airlock_proxy_bytes_total", map[string]string{"identity": "", "direction": "down"}),
+		h.metric("airlock_proxy_bytes_total", map[string]string{"identity": "reviewer", "direction": "down"}); own == 0 || rev == 0 {
+		t.Errorf("bytes down: the sandbox's own %v, reviewer's %v; want both counted", own, rev)
+	}
 }

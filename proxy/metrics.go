@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,10 +18,10 @@ const (
 // metrics are the proxy's Prometheus collectors. They live on the Proxy, never in package
 // state, and are registered on Config.Registerer.
 type metrics struct {
-	requests    *prometheus.CounterVec   // kind, decision, rule
-	bytes       *prometheus.CounterVec   // direction
-	bytesUp     prometheus.Counter       // bytes{direction="up"}
-	bytesDown   prometheus.Counter       // bytes{direction="down"}
+	requests    *prometheus.CounterVec   // kind, decision, rule, identity
+	bytes       *prometheus.CounterVec   // direction, identity
+	ownBytes    *identityBytes           // bytes of the sandbox's own identity ("")
+	byIdentity  sync.Map                 // identity name → *identityBytes, for the others
 	openTunnels prometheus.Gauge         // tunnels open now
 	duration    *prometheus.HistogramVec // kind
 	h1Paths     *prometheus.CounterVec   // path: HTTP/1.x requests by the server that read them
@@ -32,12 +33,12 @@ func newMetrics() *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_proxy_requests_total",
-			Help: "Requests and tunnels handled by the proxy, by kind, decision and rule.",
-		}, []string{"kind", "decision", "rule"}),
+			Help: "Requests and tunnels handled by the proxy, by kind, decision, rule and identity (spec.identities; empty for the sandbox's own).",
+		}, []string{"kind", "decision", "rule", "identity"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_proxy_bytes_total",
-			Help: "Payload bytes relayed: up (to upstreams) and down (to clients).",
-		}, []string{"direction"}),
+			Help: "Payload bytes relayed: up (to upstreams) and down (to clients), by identity (spec.identities; empty for the sandbox's own).",
+		}, []string{"direction", "identity"}),
 		openTunnels: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "airlock_proxy_open_tunnels",
 			Help: "CONNECT tunnels and transparent connections open now.",
@@ -54,9 +55,30 @@ func newMetrics() *metrics {
 	}, []string{"path"})
 	m.h1Strict = m.h1Paths.WithLabelValues(pathStrict)
 	m.h1NetHTTP = m.h1Paths.WithLabelValues(pathNetHTTP)
-	m.bytesUp = m.bytes.WithLabelValues("up")
-	m.bytesDown = m.bytes.WithLabelValues("down")
+	m.ownBytes = m.newIdentityBytes("")
 	return m
+}
+
+// identityBytes are the children of bytes for one identity.
+type identityBytes struct {
+	up, down prometheus.Counter
+}
+
+func (m *metrics) newIdentityBytes(identity string) *identityBytes {
+	return &identityBytes{up: m.bytes.WithLabelValues("up", identity), down: m.bytes.WithLabelValues("down", identity)}
+}
+
+// bytesOf returns the byte counters of identity (a name of the policy's spec.identities, so
+// the label takes a bounded set of values; "" for the sandbox's own).
+func (m *metrics) bytesOf(identity string) *identityBytes {
+	if identity == "" {
+		return m.ownBytes
+	}
+	if b, ok := m.byIdentity.Load(identity); ok {
+		return b.(*identityBytes)
+	}
+	b, _ := m.byIdentity.LoadOrStore(identity, m.newIdentityBytes(identity))
+	return b.(*identityBytes)
 }
 
 // register registers every collector on r, unregistering those already registered when one
@@ -77,9 +99,9 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// observe counts one finished request or tunnel.
-func (m *metrics) observe(kind, decision, rule string, d time.Duration) {
-	m.requests.WithLabelValues(kind, decision, rule).Inc()
+// observe counts one finished request or tunnel of identity.
+func (m *metrics) observe(kind, decision, rule, identity string, d time.Duration) {
+	m.requests.WithLabelValues(kind, decision, rule, identity).Inc()
 	m.duration.WithLabelValues(kind).Observe(d.Seconds())
 }
 

@@ -115,7 +115,7 @@ func (t *tunnel) finish() {
 		if !recorded { // refused with an answer: its event was written then (respond)
 			t.p.cfg.Audit.Log(ev)
 		}
-		t.p.metrics.observe(t.kind, decision, d.Rule, ev.Duration)
+		t.p.metrics.observe(t.kind, decision, d.Rule, ev.Identity, ev.Duration)
 	})
 }
 
@@ -129,6 +129,7 @@ func (t *tunnel) finish() {
 func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.Reader) ([]byte, error)) {
 	idle := &idleClock{idle: p.cfg.IdleTimeout}
 	idle.progress()
+	total := p.metrics.bytesOf(t.pol.IdentityName())
 	// The client-to-upstream direction runs in a goroutine of its own; the other in this
 	// one, whose stack has already grown (one goroutine start and wake-up fewer per tunnel).
 	var wg sync.WaitGroup
@@ -157,9 +158,9 @@ func (p *Proxy) relay(t *tunnel, client, upstream net.Conn, screen func(*bufio.R
 				first = append(first, rest...)
 			}
 		}
-		pipe(upstream, src, first, idle, &t.up, p.metrics.bytesUp)
+		pipe(upstream, src, first, idle, &t.up, total.up)
 	}()
-	pipe(client, upstream, nil, idle, &t.down, p.metrics.bytesDown)
+	pipe(client, upstream, nil, idle, &t.down, total.down)
 	wg.Wait()
 }
 

@@ -218,7 +218,7 @@ func (w *wsRelay) Read(p []byte) (int, error) {
 	n := copy(p, w.out)
 	w.out = w.out[n:]
 	w.x.down.Add(int64(n))
-	w.x.p.metrics.bytesDown.Add(float64(n))
+	w.x.p.metrics.bytesOf(w.x.pol.IdentityName()).down.Add(float64(n))
 	return n, nil
 }
 
@@ -329,7 +329,7 @@ func (w *wsRelay) send(op byte, payload []byte) error {
 		return err
 	}
 	w.x.up.Add(int64(len(frame)))
-	w.x.p.metrics.bytesUp.Add(float64(len(frame)))
+	w.x.p.metrics.bytesOf(w.x.pol.IdentityName()).up.Add(float64(len(frame)))
 	return nil
 }
 

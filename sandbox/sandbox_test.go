@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -289,5 +290,37 @@ func TestUpstreamCA(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q (error %t)", got, err, tc.want, tc.err)
 			}
 		})
+	}
+}
+
+// TestIdentityNetwork: each identity's proxy bytes and denials come from the metrics with its
+// label, apart from the sandbox's own and from each other's.
+func TestIdentityNetwork(t *testing.T) {
+	text := `# TYPE airlock_proxy_requests_total counter
+airlock_proxy_requests_total{decision="allow",identity="reviewer",kind="http",rule="a"} 5
+airlock_proxy_requests_total{decision="deny",identity="reviewer",kind="http",rule=""} 2
+airlock_proxy_requests_total{decision="deny",identity="",kind="connect",rule=""} 7
+# TYPE airlock_proxy_bytes_total counter
+airlock_proxy_bytes_total{direction="up",identity="reviewer"} 100
+airlock_proxy_bytes_total{direction="down",identity="reviewer"} 1000
+airlock_proxy_bytes_total{direction="down",identity="author"} 5
+airlock_proxy_bytes_total{direction="down",identity=""} 9999
+# TYPE airlock_dns_queries_total counter
+airlock_dns_queries_total{decision="deny",identity="reviewer",reason="no_rule"} 3
+airlock_dns_queries_total{decision="allow",identity="author",reason=""} 4
+`
+	fams, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []IdentityStatus{{Name: "author"}, {Name: "reviewer"}}
+	identityNetwork(ids, fams)
+	want := []IdentityStatus{{Name: "author", ProxyBytes: 5}, {Name: "reviewer", ProxyBytes: 1100, Denies: 5}}
+	if !reflect.DeepEqual(ids, want) {
+		t.Errorf("got %+v, want %+v", ids, want)
+	}
+	identityNetwork(ids, nil) // no metrics read: zeros
+	if ids[1].ProxyBytes != 0 || ids[1].Denies != 0 {
+		t.Errorf("without metrics: %+v, want zeros", ids[1])
 	}
 }

@@ -83,6 +83,13 @@ type IdentityStatus struct {
 	// cgroup, from the sidecar's usage ledger (cmd/airlock fills them).
 	CPUSeconds      float64 `json:"cpu_seconds"`
 	MemoryPeakBytes uint64  `json:"memory_peak_bytes"`
+	// ProxyBytes are the bytes the proxy relayed for the identity (both ways, since the
+	// sidecar started), and Denies the proxy's and DNS filter's refusals of its requests and
+	// queries, from the sidecar's metrics (label identity). An identity reaches the network
+	// only through the sidecar, but for its own protocol tcp rules, which the proxy does not
+	// see; the kernel's counters (Status.Bytes) are the whole sandbox's.
+	ProxyBytes uint64 `json:"proxy_bytes"`
+	Denies     uint64 `json:"denies"`
 }
 
 // identityStatuses lists the identities of uids (by uid) with their spend.
@@ -152,9 +159,10 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 		return s
 	}
 	s.Health = HealthOK
+	var fams map[string]*dto.MetricFamily
 	if resp, err = get("/metrics"); err == nil {
 		defer resp.Body.Close()
-		if fams, err := parseMetrics(resp.Body); err == nil {
+		if fams, err = parseMetrics(resp.Body); err == nil {
 			s.Bytes = uint64(sum(fams, "airlock_kernel_egress_bytes_total", nil))
 			if !st.Kernel {
 				s.Bytes = uint64(sum(fams, "airlock_proxy_bytes_total", nil))
@@ -187,7 +195,19 @@ func (m *Manager) status(ctx context.Context, st *State, timeout time.Duration) 
 			s.Identities = identityStatuses(st.IdentityUIDs, spend)
 		}
 	}
+	identityNetwork(s.Identities, fams)
 	return s
+}
+
+// identityNetwork fills each identity's proxy bytes and denials from the sidecar's metrics
+// (nil: none read).
+func identityNetwork(ids []IdentityStatus, fams map[string]*dto.MetricFamily) {
+	for i := range ids {
+		of := map[string]string{"identity": ids[i].Name}
+		ids[i].ProxyBytes = uint64(sum(fams, "airlock_proxy_bytes_total", of))
+		deny := map[string]string{"identity": ids[i].Name, "decision": "deny"}
+		ids[i].Denies = uint64(sum(fams, "airlock_proxy_requests_total", deny) + sum(fams, "airlock_dns_queries_total", deny))
+	}
 }
 
 func parseMetrics(r io.Reader) (map[string]*dto.MetricFamily, error) {

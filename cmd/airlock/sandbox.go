@@ -676,7 +676,8 @@ With --backend kubernetes, list the sandbox pods "sandbox create --backend kuber
 		if len(s.Identities) > 0 {
 			ids := make([]string, 0, len(s.Identities))
 			for _, id := range s.Identities {
-				ids = append(ids, fmt.Sprintf("%s (uid %d, CPU %.2fs, LLM $%.6f)", id.Name, id.UID, id.CPUSeconds, id.LLMSpendUSD))
+				ids = append(ids, fmt.Sprintf("%s (uid %d, CPU %.2fs, LLM $%.6f, proxy bytes %d, denies %d)",
+					id.Name, id.UID, id.CPUSeconds, id.LLMSpendUSD, id.ProxyBytes, id.Denies))
 			}
 			fmt.Fprintf(stdout, "%s: identities: %s\n", s.Name, strings.Join(ids, ", "))
 		}

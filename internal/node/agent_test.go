@@ -436,6 +436,12 @@ func TestAgentIdentities(t *testing.T) {
 		if got := side.peer(); got != name {
 			t.Errorf("the connection of container %s: agent says %q", name, got)
 		}
+		if got := h.do("query " + dnsAddr); got != "OK" {
+			t.Fatalf("%s to the DNS listener: %s, want OK", name, got)
+		}
+		if got := side.peer(); got != name {
+			t.Errorf("the DNS query of container %s: agent says %q", name, got)
+		}
 	}
 	if got := side.do("allow " + allowedIP); got != "OK" {
 		t.Fatalf("allow: %s", got)

@@ -149,6 +149,19 @@ func (c *Client) PeerContainer(peer netip.AddrPort) (string, error) {
 	return r.Container, nil
 }
 
+// QueryContainer is PeerContainer for the UDP query with DNS message ID id that the DNS
+// filter received from client.
+func (c *Client) QueryContainer(client netip.AddrPort, id uint16) (string, error) {
+	r, err := c.do(Request{Op: OpPeer, Addr: client.String(), Query: &id})
+	if err != nil {
+		return "", err
+	}
+	if r.Container == "" {
+		return "", errors.New("node agent: no container in the answer")
+	}
+	return r.Container, nil
+}
+
 // Counters reads the pod's kernel counters.
 func (c *Client) Counters() (Counters, error) {
 	r, err := c.do(Request{Op: OpCounters})

@@ -92,8 +92,13 @@ func runSidecarHelper(sock string, transparent bool) {
 // proxyAddr is the proxy listener every sidecar helper names in its hello.
 const proxyAddr = "127.0.0.1:3128"
 
+// dnsAddr is the DNS listener the identities sidecar helper names in its hello.
+const dnsAddr = "127.0.0.1:5353"
+
 // runIdentitiesHelper is a sidecar whose policy has identities: it listens on the proxy
-// address and reports which container connected each connection it accepts ("P NAME").
+// address and reports which container connected each connection it accepts ("P NAME"), and
+// on the DNS address which container sent each datagram it receives (its first two bytes
+// are a DNS message ID).
 func runIdentitiesHelper(sock string) {
 	go printer()
 	out <- "R started"
@@ -102,13 +107,20 @@ func runIdentitiesHelper(sock string) {
 		out <- "R ERR " + err.Error()
 		return
 	}
-	cfg := ClientConfig{SocketName: sock, Hello: Hello{Listeners: []Listener{{Addr: proxyAddr, Kind: "proxy"}}, Identities: true,
+	pc, err := net.ListenPacket("udp", dnsAddr)
+	if err != nil {
+		out <- "R ERR " + err.Error()
+		return
+	}
+	cfg := ClientConfig{SocketName: sock, Hello: Hello{Listeners: []Listener{{Addr: proxyAddr, Kind: "proxy"},
+		{Addr: dnsAddr, UDP: true, Kind: "dns"}}, Identities: true,
 		CIDRs: []CIDR{rawRule()}, IdentityTCP: identityTCPFor("author")}}
 	c, err := Dial(cfg, 20*time.Second)
 	if err != nil {
 		out <- "R ERR " + strings.ReplaceAll(err.Error(), "\n", " ")
 		return
 	}
+	go reportQueries(c, pc)
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -128,6 +140,26 @@ func runIdentitiesHelper(sock string) {
 	}()
 	out <- "R attached"
 	runCommands(c, sock)
+}
+
+// reportQueries reports which container sent each datagram pc receives ("P NAME").
+func reportQueries(c *Client, pc net.PacketConn) {
+	buf := make([]byte, 512)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		if n < 2 {
+			continue
+		}
+		name, err := c.QueryContainer(from.(*net.UDPAddr).AddrPort(), uint16(buf[0])<<8|uint16(buf[1]))
+		if err != nil {
+			out <- "P ERR " + err.Error()
+		} else {
+			out <- "P " + name
+		}
+	}
 }
 
 // rawRule is the sandbox's protocol tcp rule of the identities sidecar: rawIP, port 80.
@@ -193,6 +225,14 @@ func command(enf *Client, sock, cmd, arg string) string {
 		}
 		c.Close()
 		return "OK"
+	case "query": // query ADDR: one datagram, a DNS message ID and a header's worth of zeros
+		c, err := net.Dial("udp", arg)
+		if err != nil {
+			return result(err)
+		}
+		defer c.Close()
+		_, err = c.Write([]byte{0x12, 0x34, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+		return result(err)
 	case "agent":
 		return talkToAgent(sock)
 	case "allow":

@@ -102,11 +102,18 @@ func (st *podState) containersChanged() {
 const peerWait = 3 * time.Second
 
 // peerContainer returns the name of the pod's container whose process connected the TCP
-// connection from peer, as the kernel recorded it. A cgroup below the pod's that is no
-// known container's waits (up to peerWait) for the pod's next update; any other cgroup (the
-// pod's own, the sidecar's, another pod's) is an error.
-func (st *podState) peerContainer(enf *ebpf.Enforcer, peer netip.AddrPort) (string, error) {
-	cgid, err := enf.PeerCgroup(peer)
+// connection from peer, or, with query (a DNS message ID), sent that UDP query to the DNS
+// filter from peer, as the kernel recorded it. A cgroup below the pod's that is no known
+// container's waits (up to peerWait) for the pod's next update; any other cgroup (the pod's
+// own, the sidecar's, another pod's) is an error.
+func (st *podState) peerContainer(enf *ebpf.Enforcer, peer netip.AddrPort, query *uint16) (string, error) {
+	var cgid uint64
+	var err error
+	if query != nil {
+		cgid, err = enf.QueryCgroup(peer, *query)
+	} else {
+		cgid, err = enf.PeerCgroup(peer)
+	}
 	if err != nil {
 		return "", err
 	}

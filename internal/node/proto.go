@@ -44,8 +44,9 @@ const (
 	OpCounters = "counters" // read the pod's kernel counters
 	OpOrigDst  = "origdst"  // where the redirected connection from the peer Addr was going
 	// OpPeer asks which container of the pod connected the TCP connection from the peer
-	// Addr (to one of the sidecar's listeners or through the transparent redirect): the
-	// reply's Container. Identities in pods (spec.identities; docs/kubernetes.md).
+	// Addr (to one of the sidecar's listeners or through the transparent redirect), or, with
+	// Request.Query, sent that UDP query to the DNS filter from Addr: the reply's Container.
+	// Identities in pods (spec.identities; docs/kubernetes.md).
 	OpPeer = "peer"
 	// OpIdentities switches Hello.Identities on or off (a policy reload that adds or removes
 	// spec.identities).
@@ -77,6 +78,9 @@ type Request struct {
 	Identities bool `json:"identities,omitempty"`
 	// IdentityTCP is OpIdentityTCP's table.
 	IdentityTCP *IdentityTCP `json:"identity_tcp,omitempty"`
+	// Query, in an OpPeer, is the DNS message ID of a UDP query from Addr to the DNS filter.
+	// An older agent refuses the field (strict decoding): the query is then refused.
+	Query *uint16 `json:"query,omitempty"`
 }
 
 // Hello is what enforcement needs from the sidecar. The agent decides everything else (which

@@ -116,7 +116,7 @@ func (s *session) handle(req Request) Reply {
 	case OpPeer:
 		var peer netip.AddrPort
 		if peer, err = netip.ParseAddrPort(req.Addr); err == nil {
-			out.Container, err = s.st.peerContainer(enf, peer)
+			out.Container, err = s.st.peerContainer(enf, peer, req.Query)
 		}
 	case OpUsage:
 		out.Usage, err = s.st.usage()

@@ -84,6 +84,8 @@ var wireGolden = []struct {
 	{"request-identity-tcp-off.json", &Request{ID: 15, Op: OpIdentityTCP}},
 	// Each identity's compute usage in pods: added to version 1 after them.
 	{"request-usage.json", &Request{ID: 16, Op: OpUsage}},
+	// Identities of DNS queries: added to version 1 after them, omitted when unused.
+	{"request-peer-query.json", &Request{ID: 17, Op: OpPeer, Addr: "127.0.0.1:40002", Query: goldenQuery()}},
 
 	{"reply-welcome.json", &Reply{ID: 1, Welcome: &Welcome{Version: 1, Sandbox: "ns.pod", PacketGuard: true}}},
 	{"reply-ok.json", &Reply{ID: 2}},
@@ -134,4 +136,10 @@ func TestWireGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// goldenQuery is the DNS message ID of request-peer-query.json.
+func goldenQuery() *uint16 {
+	id := uint16(0xbeef)
+	return &id
 }

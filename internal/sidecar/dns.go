@@ -67,6 +67,7 @@ func (d *dnsComponent) start(context.Context) error {
 		Logger:     s.log,
 		Registerer: s.reg,
 		Brake:      s.brake,
+		Identities: s.identitiesOf(false),
 	})
 	if err != nil {
 		return fmt.Errorf("dns filter: %v", err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/airlock-dev/airlock/dnsfilter"
 	"github.com/airlock-dev/airlock/ebpf"
 	"github.com/airlock-dev/airlock/policy"
 	"github.com/airlock-dev/airlock/proxy"
@@ -19,6 +20,8 @@ import (
 // sidecar accepted: the in-process eBPF one (a local sandbox).
 type peerEnforcer interface {
 	PeerCgroup(peer netip.AddrPort) (uint64, error)
+	// QueryCgroup is PeerCgroup for a UDP query to the DNS filter, by its message ID.
+	QueryCgroup(client netip.AddrPort, id uint16) (uint64, error)
 	identitySwitch
 }
 
@@ -26,6 +29,8 @@ type peerEnforcer interface {
 // the sidecar accepted: the node agent's.
 type podPeers interface {
 	PeerContainer(peer netip.AddrPort) (string, error)
+	// QueryContainer is PeerContainer for a UDP query to the DNS filter, by its message ID.
+	QueryContainer(client netip.AddrPort, id uint16) (string, error)
 	identitySwitch
 }
 
@@ -93,6 +98,12 @@ func makeIdentityCgroups(cgroup string, names []string, cgID func(string) (uint6
 	return out, errors.Join(errs...)
 }
 
+// sandboxIdentities tells the identity of a connection (proxy, model API) and of a DNS query.
+type sandboxIdentities interface {
+	proxy.Identities
+	dnsfilter.Identities
+}
+
 // errNoIdentityKernel is why a policy's identities cannot be told apart: no kernel
 // enforcement that records connecting cgroups.
 var errNoIdentityKernel = errors.New("no kernel enforcement on the sandbox's cgroup (--cgroup, or the node agent in a pod) records which cgroup connected, so identities cannot be told apart")
@@ -115,11 +126,12 @@ type identities struct {
 	byID map[uint64]string
 }
 
-var _ proxy.Identities = (*identities)(nil)
+var (
+	_ proxy.Identities     = (*identities)(nil)
+	_ dnsfilter.Identities = (*identities)(nil)
+)
 
-// Identity implements proxy.Identities. A cgroup id not seen before makes it look at the
-// identity cgroups again (exec --as makes them when first used; a deleted and remade one
-// has a new id).
+// Identity implements proxy.Identities.
 func (r *identities) Identity(client netip.AddrPort) (string, error) {
 	if r.peers == nil {
 		return "", errNoIdentityKernel
@@ -128,6 +140,29 @@ func (r *identities) Identity(client netip.AddrPort) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return r.nameOf(id)
+}
+
+// QueryIdentity implements dnsfilter.Identities: a TCP query's identity is its connection's,
+// a UDP query's the one the kernel recorded for it.
+func (r *identities) QueryIdentity(client netip.AddrPort, msgID uint16, tcp bool) (string, error) {
+	if tcp {
+		return r.Identity(client)
+	}
+	if r.peers == nil {
+		return "", errNoIdentityKernel
+	}
+	id, err := r.peers.QueryCgroup(client, msgID)
+	if err != nil {
+		return "", err
+	}
+	return r.nameOf(id)
+}
+
+// nameOf returns the identity of cgroup id. A cgroup id not seen before makes it look at the
+// identity cgroups again (exec --as makes them when first used; a deleted and remade one has
+// a new id).
+func (r *identities) nameOf(id uint64) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if name, ok := r.byID[id]; ok {
@@ -168,7 +203,10 @@ type podIdentities struct {
 	containers map[string]string // container name to identity
 }
 
-var _ proxy.Identities = (*podIdentities)(nil)
+var (
+	_ proxy.Identities     = (*podIdentities)(nil)
+	_ dnsfilter.Identities = (*podIdentities)(nil)
+)
 
 // Identity implements proxy.Identities.
 func (r *podIdentities) Identity(client netip.AddrPort) (string, error) {
@@ -182,11 +220,26 @@ func (r *podIdentities) Identity(client netip.AddrPort) (string, error) {
 	return r.containers[c], nil
 }
 
-// identitiesOf is the proxy's and the model API's Identities: the kernel lookup (a local
+// QueryIdentity implements dnsfilter.Identities, like identities.QueryIdentity.
+func (r *podIdentities) QueryIdentity(client netip.AddrPort, msgID uint16, tcp bool) (string, error) {
+	if tcp {
+		return r.Identity(client)
+	}
+	if r.peers == nil {
+		return "", errNoIdentityKernel
+	}
+	c, err := r.peers.QueryContainer(client, msgID)
+	if err != nil {
+		return "", err
+	}
+	return r.containers[c], nil
+}
+
+// identitiesOf is the proxy's, the DNS filter's and the model API's Identities: the kernel lookup (a local
 // sandbox's cgroups, or a pod's containers through the node agent), which refuses every
 // connection when there is no kernel to ask (they ask only when the policy has
 // identities). warn logs that case once at start.
-func (s *Sidecar) identitiesOf(warn bool) proxy.Identities {
+func (s *Sidecar) identitiesOf(warn bool) sandboxIdentities {
 	if s.cfg.NodeAgent {
 		r := &podIdentities{containers: s.cfg.IdentityContainers}
 		if pp, ok := s.kernel.enf.(podPeers); ok {

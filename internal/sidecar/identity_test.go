@@ -17,11 +17,18 @@ import (
 	"github.com/airlock-dev/airlock/policy"
 )
 
-// fakePeers answers PeerCgroup with the id it was set to.
-type fakePeers struct{ id uint64 }
+// fakePeers answers PeerCgroup with the id it was set to, and QueryCgroup with query's (an
+// error for 0).
+type fakePeers struct{ id, query uint64 }
 
 func (f *fakePeers) PeerCgroup(netip.AddrPort) (uint64, error) { return f.id, nil }
 func (f *fakePeers) SetIdentities(bool) error                  { return nil }
+func (f *fakePeers) QueryCgroup(netip.AddrPort, uint16) (uint64, error) {
+	if f.query == 0 {
+		return 0, errors.New("no record")
+	}
+	return f.query, nil
+}
 
 func inode(t *testing.T, path string) uint64 {
 	t.Helper()
@@ -77,9 +84,24 @@ spec:
 	if name, err := r.Identity(client); err == nil || !strings.Contains(err.Error(), "neither the sandbox's") {
 		t.Errorf("another cgroup: %q, %v; want an error", name, err)
 	}
+	// A DNS query over TCP is its connection's; over UDP, the kernel's record of the query.
+	peers.id, peers.query = inode(t, root), inode(t, dir)
+	if name, err := r.QueryIdentity(client, 7, true); err != nil || name != "" {
+		t.Errorf("a TCP query from the sandbox's cgroup: %q, %v; want \"\"", name, err)
+	}
+	if name, err := r.QueryIdentity(client, 7, false); err != nil || name != "reviewer" {
+		t.Errorf("a UDP query from the identity's cgroup: %q, %v; want reviewer", name, err)
+	}
+	peers.query = 0
+	if name, err := r.QueryIdentity(client, 7, false); err == nil {
+		t.Errorf("a UDP query without a record: %q, want an error", name)
+	}
 	r.peers = nil
 	if _, err := r.Identity(client); !errors.Is(err, errNoIdentityKernel) {
 		t.Errorf("without the kernel: %v, want errNoIdentityKernel", err)
+	}
+	if _, err := r.QueryIdentity(client, 7, false); !errors.Is(err, errNoIdentityKernel) {
+		t.Errorf("a UDP query without the kernel: %v, want errNoIdentityKernel", err)
 	}
 }
 
@@ -144,14 +166,18 @@ spec:
 	}
 }
 
-// fakePodPeers answers PeerContainer with the container it was set to, or its error.
+// fakePodPeers answers PeerContainer with the container it was set to, or its error, and
+// QueryContainer with query.
 type fakePodPeers struct {
-	container string
-	err       error
+	container, query string
+	err              error
 }
 
 func (f *fakePodPeers) PeerContainer(netip.AddrPort) (string, error) { return f.container, f.err }
 func (f *fakePodPeers) SetIdentities(bool) error                     { return nil }
+func (f *fakePodPeers) QueryContainer(netip.AddrPort, uint16) (string, error) {
+	return f.query, f.err
+}
 
 // TestPodIdentitiesByContainer: in a pod, the container the node agent names is mapped by
 // --identity-containers; a container not mapped is the sandbox's own policy, and a
@@ -168,9 +194,20 @@ func TestPodIdentitiesByContainer(t *testing.T) {
 			t.Errorf("container %s: %q, %v; want %q", tc.container, got, err, tc.want)
 		}
 	}
+	// A DNS query: over TCP its connection's container, over UDP the query's.
+	peers.container, peers.query = "tools", "reviewer"
+	if got, err := r.QueryIdentity(client, 7, true); err != nil || got != "" {
+		t.Errorf("a TCP query from tools: %q, %v; want \"\"", got, err)
+	}
+	if got, err := r.QueryIdentity(client, 7, false); err != nil || got != "reviewer" {
+		t.Errorf("a UDP query from reviewer: %q, %v; want reviewer", got, err)
+	}
 	peers.err = errors.New("cgroup 42 of the connection is no container's of the pod")
 	if got, err := r.Identity(client); err == nil || got != "" {
 		t.Errorf("an unknown cgroup: %q, %v; want an error", got, err)
+	}
+	if got, err := r.QueryIdentity(client, 7, false); err == nil || got != "" {
+		t.Errorf("a UDP query of an unknown cgroup: %q, %v; want an error", got, err)
 	}
 	r.peers = nil
 	if _, err := r.Identity(client); !errors.Is(err, errNoIdentityKernel) {
@@ -211,6 +248,11 @@ func (a *podAgent) PeerContainer(netip.AddrPort) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.container, a.err
+}
+
+// QueryContainer names the same container for a UDP DNS query.
+func (a *podAgent) QueryContainer(client netip.AddrPort, _ uint16) (string, error) {
+	return a.PeerContainer(client)
 }
 
 func (a *podAgent) SetIdentities(on bool) error { a.identities.Store(on); return nil }

@@ -143,6 +143,11 @@ func (a agentEnforcer) PeerContainer(peer netip.AddrPort) (string, error) {
 	return a.c.PeerContainer(peer)
 }
 
+// QueryContainer implements podPeers, for a UDP query to the DNS filter.
+func (a agentEnforcer) QueryContainer(client netip.AddrPort, id uint16) (string, error) {
+	return a.c.QueryContainer(client, id)
+}
+
 // ContainerUsage implements podUsage: the agent reads the pod's containers' cgroups.
 func (a agentEnforcer) ContainerUsage() ([]node.ContainerUsage, error) { return a.c.Usage() }
 

@@ -57,6 +57,11 @@ type sandboxInfo struct {
 	DiskBytes     int64   `json:"disk_bytes"`
 	DiskUsedBytes int64   `json:"disk_used_bytes"`
 	Frozen        string  `json:"frozen"`
+	Identities    []struct {
+		Name       string `json:"name"`
+		ProxyBytes int64  `json:"proxy_bytes"`
+		Denies     int64  `json:"denies"`
+	} `json:"identities"`
 }
 
 // sbEnv is the shared fixture: one world with a git server and a fake model provider, one

@@ -96,6 +96,8 @@ func probeCommand(f []string, held map[string]int) string {
 		return answer(probeSendto(arg(1), arg(2), false))
 	case "udpconnsend": // udpconnsend FAMILY ADDR: connect(), then send()
 		return answer(probeSendto(arg(1), arg(2), true))
+	case "udpgso": // udpgso FAMILY ADDR: one sendto of two 8-byte UDP GSO segments (UDP_SEGMENT)
+		return answer(probeGSO(arg(1), arg(2)))
 	case "socket": // socket DOMAIN TYPE PROTO
 		d, _ := strconv.Atoi(arg(1))
 		ty, _ := strconv.Atoi(arg(2))
@@ -256,6 +258,22 @@ func probeSendto(family, addr string, connect bool) error {
 		return err
 	}
 	return unix.Sendto(fd, []byte("probe"), 0, sa)
+}
+
+func probeGSO(family, addr string) error {
+	af, sa, err := sockaddr(family, addr)
+	if err != nil {
+		return err
+	}
+	fd, err := newSocket(af, unix.SOCK_DGRAM)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, 8); err != nil {
+		return err
+	}
+	return unix.Sendto(fd, []byte("probe-1\nprobe-2\n"), 0, sa)
 }
 
 func probeFastOpen(family, addr string) error {

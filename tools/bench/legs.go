@@ -34,8 +34,9 @@ type round struct {
 // runLegs starts every target, measures them in rounds, stops them and checks their audit
 // trails. The targets take turns (round r starts at the r-th target), so a slow drift in the
 // machine's speed — this is often a shared VM — lands on every target alike instead of on
-// whichever ran last. An idle proxy waiting for its turn costs next to nothing.
-func runLegs(ctx context.Context, e *env, gen generator) []*leg {
+// whichever ran last. An idle proxy waiting for its turn costs next to nothing. Each target
+// keeps its configuration and logs in its own directory under root.
+func runLegs(ctx context.Context, e *env, gen generator, root string) []*leg {
 	var legs []*leg
 	defer func() {
 		for _, lg := range legs {
@@ -44,7 +45,6 @@ func runLegs(ctx context.Context, e *env, gen generator) []*leg {
 			}
 		}
 	}()
-	root := filepath.Dir(e.upstream.p.logPath)
 	for _, name := range e.cfg.only {
 		lg := &leg{name: name}
 		legs = append(legs, lg)

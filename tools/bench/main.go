@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -63,6 +64,9 @@ type config struct {
 	tlsTests     []string      // keys of the HTTPS tests to run (tlsTest.key)
 	bulkBytes    int64         // bytes of the one-tunnel bulk transfer
 	profileDir   string        // write CPU profiles of airlock during the HTTPS tests here
+	baselineBin  string        // an older airlock binary measured beside airlock (baseline.go); "" = none
+	runs         int           // whole runs of the HTTP legs and the HTTPS section (acceptance.go)
+	sections     bool          // run the sections after the HTTP legs and the HTTPS section
 }
 
 const (
@@ -108,6 +112,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&tlsOnlyTests, "tls-tests", strings.Join(tlsTestKeys(), ","), "comma-separated HTTPS `tests` to run")
 	fs.Int64Var(&c.bulkBytes, "bulk-bytes", 1<<30, "bytes carried by the one-tunnel bulk test")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "write a CPU profile of airlock during its first round of each HTTPS test into this `directory`")
+	fs.StringVar(&c.baselineBin, "baseline-bin", "", "also measure this older airlock `binary` as leg "+targetBaseline+
+		" in the HTTPS section (new tunnels, bulk, gRPC, h2, idle RSS), taking turns with airlock, and judge airlock/"+targetBaseline+" against the 5 % rule")
+	fs.BoolVar(&c.sections, "sections", true, "run the sections after the HTTP legs and the HTTPS section (audit cost, DNS, kernel, usage, identity, model API, sandboxes); false: only those two, as the acceptance summary reads them")
+	fs.IntVar(&c.runs, "runs", 1, "whole runs of the HTTP legs and the HTTPS section; the acceptance summary gives each run's ratios and their median")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]\n\nMeasures airlock's proxied req/s against direct, Squid and tinyproxy, next to a bare\nnet/http forwarder (go-nethttp) as the reference.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -139,6 +147,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-bulk-bytes %d: use at least 1 MiB", c.bulkBytes)
 	case c.loadgen != "wrk" && c.loadgen != "go":
 		return c, fmt.Errorf("-loadgen %q: use %q or %q", c.loadgen, "wrk", "go")
+	case c.runs < 1 || c.runs > 10:
+		return c, fmt.Errorf("-runs %d: use 1 to 10", c.runs)
+	}
+	if err := checkBaselineBin(c.baselineBin); err != nil {
+		return c, err
 	}
 	var err error
 	if c.tlsTests, err = pickTLSTests(tlsOnlyTests); err != nil {
@@ -283,37 +296,65 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	if cfg.tlsOnly {
-		return runTLSSection(ctx, e, root, stdout)
-	}
-	legs := runLegs(ctx, e, gen)
-	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "bench: interrupted; every child process stopped")
-		return 130
-	}
-	printReport(stdout, cfg, gen, e, legs)
-	printInjectReport(stdout, legs)
-	printChainReport(stdout, legs)
+	acc := &acceptance{runs: cfg.runs}
 	code := 0
-	if !cfg.httpOnly {
-		code = runSections(ctx, e, root, stdout)
-	}
-	for _, l := range legs {
-		if l.problem != "" {
-			return 1
+	for i := range cfg.runs {
+		c := runOnce(ctx, e, gen, root, i, stdout, acc)
+		if c == 130 || ctx.Err() != nil {
+			fmt.Fprintln(stderr, "bench: interrupted; every child process stopped")
+			return 130
 		}
+		code = max(code, c)
+	}
+	acc.print(stdout)
+	if cfg.sections && !cfg.tlsOnly && !cfg.httpOnly && runSections(ctx, e, root, stdout) != 0 {
+		code = 1
 	}
 	return code
 }
 
-// runSections runs and prints the sections after the HTTP legs: HTTPS, DNS, kernel, model
-// API and sandboxes. It returns 1 when one failed or was invalid, else 0.
+// runOnce is run i of -runs: the HTTP legs and the HTTPS section, as the flags select them,
+// each in its own directory. It records the run's ratios in acc and returns 0, 1 when a leg
+// failed or was invalid, or 130 when interrupted.
+func runOnce(ctx context.Context, e *env, gen generator, root string, i int, stdout io.Writer, acc *acceptance) int {
+	cfg := e.cfg
+	if cfg.runs > 1 {
+		fmt.Fprintf(stdout, "\n======== run %d of %d ========\n", i+1, cfg.runs)
+		e.progress("run %d of %d", i+1, cfg.runs)
+		root = filepath.Join(root, fmt.Sprintf("run%d", i+1))
+	}
+	code := 0
+	if !cfg.tlsOnly {
+		legs := runLegs(ctx, e, gen, root)
+		if ctx.Err() != nil {
+			return 130
+		}
+		printReport(stdout, cfg, gen, e, legs)
+		printInjectReport(stdout, legs)
+		printChainReport(stdout, legs)
+		acc.addHTTP(i, legs)
+		for _, l := range legs {
+			if l.problem != "" {
+				code = 1
+			}
+		}
+	}
+	if cfg.tlsOnly || (cfg.tls && !cfg.httpOnly) {
+		c := runTLSSection(ctx, e, root, stdout, i, acc)
+		if c == 130 {
+			return 130
+		}
+		code = max(code, c)
+	}
+	return code
+}
+
+// runSections runs and prints the sections after the HTTP legs and the HTTPS section, once
+// whatever -runs says: audit cost, DNS, kernel, usage, identity, model API and sandboxes. It
+// returns 1 when one failed or was invalid, else 0.
 func runSections(ctx context.Context, e *env, root string, stdout io.Writer) int {
 	cfg := e.cfg
 	code := 0
-	if cfg.tls && runTLSSection(ctx, e, root, stdout) != 0 {
-		code = 1
-	}
 	arep := runAuditCostBench(ctx, e, root)
 	printAuditCostReport(stdout, arep)
 	if arep.err != nil {

@@ -95,6 +95,15 @@ func printReport(w io.Writer, cfg config, gen generator, e *env, legs []*leg) {
 		}
 	}
 
+	if sq := byName["squid"]; sq != nil && sq.pr != nil && len(sq.pr.conf) > 0 {
+		mode := "squid -N: one process, no SMP"
+		if cfg.squidWorkers > 1 {
+			mode = fmt.Sprintf("squid --foreground: SMP, %d workers", cfg.squidWorkers)
+		}
+		// Frozen in the bench (squidConf in targets.go): only the workers follow a flag.
+		printSquidConf(w, fmt.Sprintf("Squid's configuration in this run (%s; access log through the logfile daemon; no cache):", mode), sq.pr.conf)
+	}
+
 	air := byName[targetAirlock]
 	if air == nil {
 		return
@@ -114,6 +123,15 @@ func printReport(w io.Writer, cfg config, gen generator, e *env, legs []*leg) {
 			}
 		}
 		fmt.Fprintf(w, "airlock vs squid: %s (target ≥ %g×)%s\n", ratioOrWhy(air, sq, false), squidTargetRatio, verdict)
+	}
+}
+
+// printSquidConf prints the configuration Squid ran with, under title.
+func printSquidConf(w io.Writer, title string, conf []byte) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, title)
+	for _, line := range strings.Split(strings.TrimSpace(string(conf)), "\n") {
+		fmt.Fprintln(w, "  | "+line)
 	}
 }
 

@@ -36,6 +36,7 @@ type proxyRun struct {
 	// audit reads the proxy's audit trail after it stopped and proves audit was on; nil for
 	// a reference leg, which has none.
 	audit func() (auditStats, error)
+	conf  []byte // the configuration file it ran with, printed in the report (Squid's); nil if none
 }
 
 // auditStats summarises a proxy's audit trail for the measured leg (warm-up included).
@@ -109,15 +110,22 @@ type airlockOpts struct {
 	env         []string // added to the environment (SSL_CERT_FILE for the HTTPS section)
 	pprof       bool     // --admin-pprof, so the bench can take profiles
 	args        []string // further flags (the chained leg's --upstream-proxy)
+	bin         string   // run this binary (-baseline-bin); "" = the airlock under test
 }
 
 // startAirlockWith starts airlock with the policy file body and opts.
 func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, opts airlockOpts) (*proxyRun, error) {
-	bin, err := airlockBinary(ctx, e, dir)
-	if err != nil {
-		return nil, err
+	bin := opts.bin
+	if bin == "" {
+		// Built once per bench: every later start runs the same binary.
+		if bin = e.airlockBin; bin == "" {
+			var err error
+			if bin, err = airlockBinary(ctx, e, dir); err != nil {
+				return nil, err
+			}
+		}
+		e.airlockBin = bin
 	}
-	e.airlockBin = bin
 	policyPath := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyPath, policy, 0o644); err != nil {
 		return nil, err
@@ -153,7 +161,7 @@ func startAirlockWith(ctx context.Context, e *env, dir string, policy []byte, op
 		}
 	}
 	cmd.Env = append(cmd.Env, opts.env...)
-	e.progress("airlock %s", strings.Join(args, " "))
+	e.progress("%s %s", bin, strings.Join(args, " "))
 	// stderr carries logs and a copy of every audit line: it goes to a file, never a pipe.
 	p, err := startProc("airlock", cmd, filepath.Join(dir, "airlock.log"))
 	if err != nil {
@@ -347,7 +355,7 @@ func startSquid(ctx context.Context, e *env, dir string) (*proxyRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &proxyRun{addr: addr, p: p, audit: func() (auditStats, error) {
+	return &proxyRun{addr: addr, p: p, conf: body, audit: func() (auditStats, error) {
 		return countLog(filepath.Join(dir, "access.log"), "", " TCP_MISS/200 ")
 	}}, nil
 }

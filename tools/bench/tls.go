@@ -19,8 +19,14 @@ import (
 	"time"
 )
 
-// tlsLegNames are the HTTPS section's legs, in run order (filtered by -only).
-var tlsLegNames = []string{targetDirect, targetAirlock, "squid"}
+// tlsLegNames are the HTTPS section's legs, in run order (filtered by -only; the baseline
+// only with -baseline-bin, and only beside airlock).
+var tlsLegNames = []string{targetDirect, targetAirlock, targetBaseline, "squid"}
+
+// baseLegs are the legs of the tests Squid 5.7 cannot run (HTTP/2). The baseline runs in
+// every test, the ones against Squid too, so that both airlock processes have done the same
+// work whenever they are compared.
+var baseLegs = []string{targetDirect, targetAirlock, targetBaseline}
 
 // tlsEnv is what the HTTPS section's legs share.
 type tlsEnv struct {
@@ -32,6 +38,11 @@ type tlsEnv struct {
 	dns       *benchDNS
 	roots     *x509.CertPool // the upstream CA, Squid's and airlock's
 	squidConf []byte         // the configuration Squid ran with, printed in the report
+	rss       *rssSamples    // idle RSS of fresh starts of airlock and the baseline; nil without one
+	// airBin and baseBin are the copies of airlock and of -baseline-bin the section runs when
+	// it has a baseline (copyBinaries); "" without one.
+	airBin, baseBin string
+	run             int // the run of -runs, from 0
 }
 
 // tlsLeg is one target of the HTTPS section.
@@ -134,12 +145,12 @@ func tlsTests(cfg config) []*tlsTest {
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runGzip(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted gRPC streaming", key: "grpc", unit: "msg/s", legs: []string{targetDirect, targetAirlock},
+		{name: "intercepted gRPC streaming", key: "grpc", unit: "msg/s", legs: baseLegs,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runGRPCStream(ctx, c, cfg.tlsConns, d)
 			}},
-		{name: "intercepted h2 (h2load)", key: "h2", unit: "req/s", legs: []string{targetDirect, targetAirlock},
+		{name: "intercepted h2 (h2load)", key: "h2", unit: "req/s", legs: baseLegs,
 			direct: func(c *tlsClient) { c.inject = true },
 			run: func(ctx context.Context, te *tlsEnv, c tlsClient, d time.Duration) (tlsResult, error) {
 				return runH2load(ctx, te, c, cfg.tlsConns, d)
@@ -149,11 +160,12 @@ func tlsTests(cfg config) []*tlsTest {
 
 // runTLSBench is the HTTPS section: it starts the TLS upstream, the DNS server and every
 // leg, then runs each test in rounds with the legs taking turns.
-func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, []*tlsOutcome, error) {
+func runTLSBench(ctx context.Context, e *env, root string, run int) (*tlsEnv, []*tlsLeg, []*tlsOutcome, error) {
 	te, err := setUpTLS(ctx, e, filepath.Join(root, "tls"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	te.run = run
 	defer te.up.stop()
 	defer te.dns.close()
 	var legs []*tlsLeg
@@ -164,8 +176,13 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 			}
 		}
 	}()
+	if hasBaseline(e.cfg) {
+		if err := te.copyBinaries(ctx); err != nil {
+			return te, nil, nil, err
+		}
+	}
 	for _, name := range tlsLegNames {
-		if !slices.Contains(e.cfg.only, name) {
+		if !slices.Contains(e.cfg.only, name) && (name != targetBaseline || !hasBaseline(e.cfg)) {
 			continue
 		}
 		l := &tlsLeg{name: name}
@@ -174,6 +191,9 @@ func runTLSBench(ctx context.Context, e *env, root string) (*tlsEnv, []*tlsLeg, 
 			l.problem = "start: " + err.Error()
 			e.progress("https %s: %s", name, l.problem)
 		}
+	}
+	if hasBaseline(e.cfg) {
+		te.rss = te.sampleIdleRSS(ctx)
 	}
 	var outs []*tlsOutcome
 	for _, t := range tlsTests(e.cfg) {
@@ -218,7 +238,11 @@ func setUpTLS(ctx context.Context, e *env, dir string) (*tlsEnv, error) {
 
 // startLeg starts a proxy leg and records its idle RSS.
 func (te *tlsEnv) startLeg(ctx context.Context, l *tlsLeg) error {
-	dir := filepath.Join(te.dir, l.name)
+	return te.startLegIn(ctx, l, filepath.Join(te.dir, l.name))
+}
+
+// startLegIn starts a proxy leg with its files in dir and records its idle RSS.
+func (te *tlsEnv) startLegIn(ctx context.Context, l *tlsLeg, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -227,7 +251,9 @@ func (te *tlsEnv) startLeg(ctx context.Context, l *tlsLeg) error {
 	case targetDirect:
 		return nil
 	case targetAirlock:
-		l.pr, err = te.startAirlock(ctx, dir)
+		l.pr, err = te.startAirlock(ctx, dir, te.airBin)
+	case targetBaseline:
+		l.pr, err = te.startAirlock(ctx, dir, te.baseBin)
 	case "squid":
 		l.pr, err = te.startSquid(ctx, dir)
 	}
@@ -263,7 +289,8 @@ spec:
     bench-token: {file: %[2]q}
 `
 
-func (te *tlsEnv) startAirlock(ctx context.Context, dir string) (*proxyRun, error) {
+// startAirlock starts airlock, or bin when not "" (the baseline), with the section's policy.
+func (te *tlsEnv) startAirlock(ctx context.Context, dir, bin string) (*proxyRun, error) {
 	secret := filepath.Join(dir, "bench-token")
 	if err := os.WriteFile(secret, []byte(tlsToken+"\n"), 0o600); err != nil {
 		return nil, err
@@ -271,7 +298,7 @@ func (te *tlsEnv) startAirlock(ctx context.Context, dir string) (*proxyRun, erro
 	_, port, _ := strings.Cut(te.upstream, ":")
 	pol := fmt.Appendf(nil, tlsAirlockPolicy, port, secret, tlsTunnelHost, tlsInjectHost)
 	pr, err := startAirlockWith(ctx, te.e, dir, pol, airlockOpts{upstreamDNS: te.dns.addr,
-		env: []string{"SSL_CERT_FILE=" + te.pki.caFile}, pprof: te.e.cfg.profileDir != ""})
+		env: []string{"SSL_CERT_FILE=" + te.pki.caFile}, pprof: te.e.cfg.profileDir != "", bin: bin})
 	if err != nil {
 		return nil, err
 	}
@@ -321,8 +348,7 @@ func (te *tlsEnv) runTest(ctx context.Context, t *tlsTest, legs []*tlsLeg) *tlsO
 		}
 	}
 	for r := range te.e.cfg.rounds {
-		for i := range mine {
-			l := mine[(i+r)%len(mine)]
+		for _, l := range roundOrder(mine, r, te.run) {
 			if out.problem[l.name] != "" {
 				continue
 			}
@@ -337,6 +363,42 @@ func (te *tlsEnv) runTest(ctx context.Context, t *tlsTest, legs []*tlsLeg) *tlsO
 				return out
 			}
 		}
+	}
+	return out
+}
+
+// roundOrder is the order of the legs in round r of run: they take turns starting at the r-th,
+// as everywhere in the bench, except that airlock and the baseline go as one unit, back to
+// back, and swap places every round and every run, so that neither always follows the other
+// or the same leg (a leg measured after direct's thousands of connections, say). Without a
+// baseline it is the plain rotation.
+func roundOrder(legs []*tlsLeg, r, run int) []*tlsLeg {
+	var air, base *tlsLeg
+	for _, l := range legs {
+		switch l.name {
+		case targetAirlock:
+			air = l
+		case targetBaseline:
+			base = l
+		}
+	}
+	var units [][]*tlsLeg
+	for _, l := range legs {
+		switch {
+		case l == base && air != nil:
+		case l == air && base != nil:
+			pair := []*tlsLeg{air, base}
+			if (r+run)%2 == 1 {
+				pair = []*tlsLeg{base, air}
+			}
+			units = append(units, pair)
+		default:
+			units = append(units, []*tlsLeg{l})
+		}
+	}
+	var out []*tlsLeg
+	for i := range units {
+		out = append(out, units[(i+r)%len(units)]...)
 	}
 	return out
 }
@@ -413,7 +475,7 @@ func (te *tlsEnv) measure(ctx context.Context, t *tlsTest, l *tlsLeg, n int) (tl
 	if served1-served0 < res.ops {
 		return rd, fmt.Errorf("the upstream served %d of %d responses", served1-served0, res.ops)
 	}
-	te.e.progress("https round %d/%d: %-24s %-8s %9.1f %s", n+1, te.e.cfg.rounds, t.name, l.name, res.rate(t.bytes), t.unit)
+	te.e.progress("https round %d/%d: %-24s %-12s %9.1f %s", n+1, te.e.cfg.rounds, t.name, l.name, res.rate(t.bytes), t.unit)
 	return rd, nil
 }
 

@@ -358,7 +358,11 @@ func tlsServed(upstream string, roots *x509.CertPool) (int64, error) {
 }
 
 // procRSS returns the resident set of pid and its descendants, in bytes.
-func procRSS(pid int) int64 {
+func procRSS(pid int) int64 { return procStatusBytes(pid, "VmRSS:") }
+
+// procStatusBytes sums a "kB" field of /proc/PID/status (VmRSS:, RssFile:, ...) over pid and
+// its descendants, in bytes.
+func procStatusBytes(pid int, field string) int64 {
 	var total int64
 	for _, id := range descendants(pid) {
 		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(id), "status"))
@@ -366,7 +370,7 @@ func procRSS(pid int) int64 {
 			continue
 		}
 		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if v, ok := strings.CutPrefix(line, field); ok {
 				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				total += kb << 10
 			}

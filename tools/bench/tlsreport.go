@@ -16,9 +16,9 @@ const idleRSSTarget = 20 << 20
 // runTLSSection runs and prints the HTTPS section; it returns 1 when a leg failed or was
 // invalid (a leg that is only not available, such as h2 before interception speaks it,
 // does not count), 130 when interrupted, else 0.
-func runTLSSection(ctx context.Context, e *env, root string, w io.Writer) int {
+func runTLSSection(ctx context.Context, e *env, root string, w io.Writer, run int, acc *acceptance) int {
 	e.progress("HTTPS section")
-	te, legs, outs, err := runTLSBench(ctx, e, root)
+	te, legs, outs, err := runTLSBench(ctx, e, root, run)
 	if ctx.Err() != nil {
 		return 130
 	}
@@ -27,10 +27,14 @@ func runTLSSection(ctx context.Context, e *env, root string, w io.Writer) int {
 		return 1
 	}
 	printTLSReport(w, e, te, legs, outs)
+	acc.addTLS(run, legs, outs, te.rss)
 	for _, l := range legs {
 		if l.problem != "" {
 			return 1
 		}
+	}
+	if te.rss != nil && te.rss.problem != "" {
+		return 1
 	}
 	for _, o := range outs {
 		for _, p := range o.problem {
@@ -51,6 +55,10 @@ func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tls
 	fmt.Fprintf(w, "  %-11s %d rounds of %s per leg (bulk: one %d MiB response per round), taking turns, after a %s warm-up\n",
 		"", e.cfg.rounds, e.cfg.duration, e.cfg.bulkBytes>>20, e.cfg.warmup)
 	fmt.Fprintf(w, "  %-11s Go net/http over TLS in its own process; names resolved by the bench's DNS server (airlock) or hosts_file (Squid)\n", "upstream:")
+	if hasBaseline(e.cfg) {
+		fmt.Fprintf(w, "  %-11s %s: %s (%s), as airlock: same policy, flags and environment\n", "baseline:", targetBaseline,
+			e.cfg.baselineBin, cmdFirstLine(e.cfg.baselineBin, "version"))
+	}
 	if p, err := findBinary("squid", "squid-openssl"); err == nil && slices.Contains(e.cfg.only, "squid") {
 		fmt.Fprintf(w, "  %-11s %s, ssl-bump with security_file_certgen (peek, bump the intercepted host, splice the rest)\n", "squid:", cmdFirstLine(p, "-v"))
 	}
@@ -60,11 +68,7 @@ func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tls
 	if len(te.squidConf) > 0 {
 		// Frozen in the bench (squidBumpConf): one worker (-N), the access log through the
 		// logfile daemon, peek at step 1, bump the intercepted host, splice the rest.
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Squid's configuration in this run (squid -N: one worker):")
-		for _, line := range strings.Split(strings.TrimSpace(string(te.squidConf)), "\n") {
-			fmt.Fprintln(w, "  | "+line)
-		}
+		printSquidConf(w, "Squid's configuration in this run (squid -N: one worker; access log through the logfile daemon; ssl-bump: peek at step 1, bump the intercepted host, splice the rest):", te.squidConf)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "DNS queries the bench's DNS server answered (airlock's resolver; Squid reads hosts_file): %d\n", te.dns.queries.Load())
@@ -80,7 +84,7 @@ func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tls
 		if l.pr == nil || l.idleRSS == 0 {
 			continue
 		}
-		line := fmt.Sprintf("idle RSS %-8s %5.1f MiB (process tree, after start, before load)", l.name+":", mib(l.idleRSS))
+		line := fmt.Sprintf("idle RSS %-13s %5.1f MiB (process tree, after start, before load)", l.name+":", mib(l.idleRSS))
 		if l.name == targetAirlock {
 			verdict := "met"
 			if l.idleRSS >= idleRSSTarget {
@@ -90,6 +94,32 @@ func printTLSReport(w io.Writer, e *env, te *tlsEnv, legs []*tlsLeg, outs []*tls
 		}
 		fmt.Fprintln(w, line)
 	}
+	printRSSSamples(w, te.rss)
+}
+
+// printRSSSamples prints the idle RSS of fresh starts of airlock and the baseline, and the
+// verdict "not higher" within idleRSSTolerance.
+func printRSSSamples(w io.Writer, s *rssSamples) {
+	switch {
+	case s == nil:
+		return
+	case s.problem != "":
+		fmt.Fprintf(w, "idle RSS airlock vs %s: INVALID: %s\n", targetBaseline, s.problem)
+		return
+	}
+	for _, l := range []struct {
+		name      string
+		xs, files []int64
+	}{{targetAirlock, s.air, s.airFile}, {targetBaseline, s.base, s.baseFile}} {
+		var each []string
+		for _, x := range l.xs {
+			each = append(each, fmt.Sprintf("%.2f", mib(x)))
+		}
+		fmt.Fprintf(w, "idle RSS of %d fresh starts, %-13s median %.2f MiB (file-backed %.2f), spread %.2f MiB (%s)\n", len(l.xs), l.name+":",
+			mib(s.median(l.xs)), mib(s.median(l.files)), mib(spread(l.xs)), strings.Join(each, ", "))
+	}
+	fmt.Fprintf(w, "idle RSS airlock − %s: %+.2f MiB  not higher (tolerance +%.2f MiB): %s\n", targetBaseline,
+		mib(s.delta()), mib(idleRSSTolerance), rssVerdict(s.delta()))
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
@@ -125,9 +155,12 @@ func printTLSTest(w io.Writer, o *tlsOutcome) {
 		if other == targetAirlock || o.rounds[targetAirlock] == nil {
 			continue
 		}
-		line := fmt.Sprintf("airlock/%-7s %s", other, tlsRatio(o, targetAirlock, other, true))
+		line := fmt.Sprintf("airlock/%-12s %s", other, tlsRatio(o, targetAirlock, other, true))
 		if other == t.other {
 			line += fmt.Sprintf("  target ≥ %g×: %s", t.ratio, tlsVerdict(o, other))
+		}
+		if other == targetBaseline {
+			line += fmt.Sprintf("  no worse than the baseline (≥ %g×): %s", baselineRatio, tlsBaselineVerdict(o))
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -207,6 +240,23 @@ func tlsRatio(o *tlsOutcome, a, b string, perRound bool) string {
 		s += " (rounds: " + strings.Join(each, ", ") + ")"
 	}
 	return s
+}
+
+// tlsBaselineVerdict judges airlock/airlock-base by the 5 % rule: INVALID when either leg did
+// not measure validly, n/a when the test was not available.
+func tlsBaselineVerdict(o *tlsOutcome) string {
+	for _, name := range []string{targetAirlock, targetBaseline} {
+		if p := o.problem[name]; strings.HasPrefix(p, "n/a: ") {
+			return "n/a"
+		} else if p != "" {
+			return "INVALID"
+		}
+	}
+	rs := tlsRatios(o, targetAirlock, targetBaseline)
+	if len(rs) == 0 {
+		return "INVALID"
+	}
+	return fmt.Sprintf("%s (%.3f×)", baselineVerdict(median(rs)), median(rs))
 }
 
 func tlsVerdict(o *tlsOutcome, other string) string {
