@@ -104,10 +104,11 @@ deps:
 # test/e2e/cluster each take 6-10 minutes and run side by side on 2 cores, so a loaded
 # machine can pass 10 without anything hanging; the budget for all of make test is 15 minutes
 # warm, measured by .ci/run, not by this limit.
+# -vet=off: go vet ./... has just run every analyzer go test would run again per package.
 test: vaulttest s3test
 	@tools/deps.sh ensure test
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
+	$(GO) test -race -vet=off -count=1 -timeout 30m $(TESTFLAGS) ./...
 
 bench:
 	@tools/deps.sh ensure bench

@@ -449,7 +449,7 @@ func TestApprovalWebhook(t *testing.T) {
 `
 	}
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	for _, n := range []string{"grant", "deny", "pending", "slow", "unsigned", "replay", "down"} {
 		w.DNS.Set(n+".hook.test", testnet.DefaultTTL, w.Denied.Addr)
@@ -533,7 +533,7 @@ func TestApprovalWebhook(t *testing.T) {
 func TestApprovalFloodBounded(t *testing.T) {
 	const n, key = 10000, "flood-key"
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	for i := range n {
 		w.DNS.Set(fmt.Sprintf("n%d.flood.test", i), testnet.DefaultTTL, w.Denied.Addr)

@@ -23,7 +23,7 @@ import (
 // request_id), and the file still verifies (a torn last line at most).
 func TestKill9KeepsEveryAnsweredRequest(t *testing.T) {
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: enforcePolicy, Sandbox: sandboxName,
 		Args: []string{"--audit-checkpoint-every", "50ms"}}) // a kill -9 leaves a recent checkpoint

@@ -145,7 +145,7 @@ func runAirlockIn(t *testing.T, w *testnet.World, env []string, args ...string) 
 // or a verifier holding only the pre-rotation key, fails.
 func TestAuditSigningVaultTransit(t *testing.T) {
 	privtest.Require(t)
-	t.Parallel()
+	parallelWorld(t)
 	cw := newCredWorld(t, 3600, 7200)
 	v := cw.v
 	if why := v.TransitMissing(t); why != "" {
@@ -291,7 +291,7 @@ func forgeCheckpoint(t *testing.T, a *testnet.Airlock) {
 // checkpoints were left unsigned, and verify finds the trail unanchored, not intact.
 func TestAuditSigningVaultRefusedFailsClosed(t *testing.T) {
 	privtest.Require(t)
-	t.Parallel()
+	parallelWorld(t)
 	cw := newCredWorld(t, 3600, 7200)
 	cw.v.Policy(t, "airlock", `path "secret/data/e2e/*" { capabilities = ["read"] }`)
 	a := cw.start(t, transitPolicy, "--audit-sign", "vault-transit:transit/e2e-audit", "--audit-checkpoint-every", "1s")

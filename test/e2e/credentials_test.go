@@ -192,7 +192,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // renewed while airlock runs and revoked when it stops, and no secret in any output.
 func TestCredentialsVault(t *testing.T) {
 	privtest.Require(t)
-	t.Parallel()
+	parallelWorld(t)
 	cw := newCredWorld(t, 2, 5)
 	a := cw.start(t, credPolicy)
 	client := a.Client(t, a.CAPool(t))
@@ -326,7 +326,7 @@ func TestCredentialsVault(t *testing.T) {
 // forwarded without the credential.
 func TestCredentialsVaultDown(t *testing.T) {
 	privtest.Require(t)
-	t.Parallel()
+	parallelWorld(t)
 	cw := newCredWorld(t, 3600, 7200)
 	if strings.Contains(kvOnlyPolicy, "dyn") {
 		t.Fatal("kvOnlyPolicy still names the dynamic secret")
@@ -416,7 +416,7 @@ func readPlaceholders(t *testing.T, a *testnet.Airlock) map[string]string {
 // secret's placeholder is refused.
 func TestCredentialsReloadPlaceholders(t *testing.T) {
 	privtest.Require(t)
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	echo := startEcho(t, w)
 	buf := make([]byte, 12)

@@ -76,7 +76,7 @@ func dig(t *testing.T, w *testnet.World, args ...string) digResult {
 
 func TestDNSFilter(t *testing.T) {
 	privtest.Require(t, "dig")
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	w.DNS.Set("a.wild.test", testnet.DefaultTTL, netip.MustParseAddr("198.18.0.10"))
 	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: airlockBinary(t), Policy: dnsPolicy, Sandbox: sandboxName,

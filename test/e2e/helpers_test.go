@@ -57,7 +57,7 @@ const sandboxName = "e2e"
 func setup(t *testing.T, policy string) (*testnet.World, *testnet.Airlock) {
 	t.Helper()
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	bin := airlockBinary(t)
 	w := testnet.NewWorld(t)
 	a := w.StartAirlock(t, testnet.AirlockConfig{Binary: bin, Policy: policy, Sandbox: sandboxName})

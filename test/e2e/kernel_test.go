@@ -49,10 +49,12 @@ func kernelSetupArgs(t *testing.T, args ...string) (*testnet.World, *testnet.Cgr
 }
 
 // kernelSetupPolicy is kernelSetupArgs with another policy; prepare, when not nil, runs on
-// the world before the sidecar starts (to add hosts and names).
+// the world before the sidecar starts (to add hosts and names). The test is a parallel world
+// test (parallelWorld): its world, cgroup and pins are its own.
 func kernelSetupPolicy(t *testing.T, policy string, prepare func(*testnet.World), args ...string) (*testnet.World, *testnet.Cgroup, string, *testnet.Airlock) {
 	t.Helper()
 	privtest.Require(t, "curl", "nsenter")
+	parallelWorld(t)
 	if err := ebpf.Probe(); err != nil {
 		t.Fatalf("kernel lacks what the enforcement needs: %v", err)
 	}

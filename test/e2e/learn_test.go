@@ -72,7 +72,7 @@ type learnWorld struct {
 // recording against a narrower candidate.
 func TestPolicyLearnReplay(t *testing.T) {
 	privtest.Require(t, "curl", "git", "python3", "dig")
-	t.Parallel()
+	parallelWorld(t)
 	lw := &learnWorld{w: testnet.NewWorld(t), bin: airlockBinary(t)}
 	lw.git = lw.w.StartGitServer(t, netip.MustParseAddr(learnGitAddr), "git.test")
 

@@ -59,7 +59,7 @@ type llmWorld struct {
 func newLLMWorld(t *testing.T) *llmWorld {
 	t.Helper()
 	privtest.Require(t)
-	t.Parallel()
+	parallelWorld(t)
 	lw := &llmWorld{World: testnet.NewWorld(t),
 		openai:    fakellm.New(fakellm.Config{Flavor: fakellm.OpenAI, Key: e2eOpenAIKey}),
 		anthropic: fakellm.New(fakellm.Config{Flavor: fakellm.Anthropic, Key: e2eAnthropicKey})}

@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -46,12 +47,72 @@ func airlockBinary(t testing.TB) string {
 	return build.path
 }
 
+// How the parallel tests share the machine. go test's -parallel (GOMAXPROCS by default, 2
+// here) would hold the local sandbox tests, one after the other, and the world tests to two
+// at a time, and the world tests would start only when the last sandbox test is done. Instead
+// TestMain lifts -parallel (unless it is given) and two turns decide: the sandbox tests
+// (newSandboxEnv) run one at a time, as before, and beside them up to worldSlots world tests
+// (parallelWorld), which mostly wait on timers and on other processes. TestSandbox, which counts
+// this process's descriptors, is not parallel at all (newSandboxEnvAlone): it runs with no
+// other test.
+const (
+	worldSlots    = 2
+	parallelLimit = 64 // -parallel when not given: above the number of parallel tests
+)
+
+var (
+	sandboxTurn = make(chan struct{}, 1)
+	worldTurn   = make(chan struct{}, worldSlots)
+)
+
+// parallelWorld makes t parallel and waits for one of the world tests' slots, held until t
+// and its cleanups are done.
+func parallelWorld(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	takeTurn(t, worldTurn)
+}
+
+// parallelSandbox makes t parallel and waits until no other sandbox test runs.
+func parallelSandbox(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	takeTurn(t, sandboxTurn)
+}
+
+// takeTurn takes a slot of turn, given back after t's other cleanups (registered later, so
+// run earlier) have run. The wait counts in the test's elapsed time, so it is logged.
+func takeTurn(t *testing.T, turn chan struct{}) {
+	t.Helper()
+	start := time.Now()
+	turn <- struct{}{}
+	t.Cleanup(func() { <-turn })
+	if waited := time.Since(start); waited >= time.Second {
+		t.Logf("waited %.1fs for its turn (parallelWorld, parallelSandbox)", waited.Seconds())
+	}
+}
+
+// liftParallel sets -test.parallel to parallelLimit unless the command line gave it.
+func liftParallel() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", fmt.Sprint(parallelLimit)); err != nil {
+			panic(err)
+		}
+	}
+}
+
 func TestMain(m *testing.M) {
 	// Kernel tests re-execute this binary as the sandbox probe (test/testnet).
 	testnet.RunProbeIfRequested()
+	liftParallel()
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
+	for _, dir := range []string{build.dir, hostileProbe.dir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

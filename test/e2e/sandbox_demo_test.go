@@ -23,7 +23,7 @@ func TestSandboxDemo(t *testing.T) {
 	if err := ebpf.Probe(); err != nil {
 		t.Fatalf("kernel lacks what the enforcement needs: %v", err)
 	}
-	t.Parallel()
+	parallelWorld(t)
 	bin := airlockBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

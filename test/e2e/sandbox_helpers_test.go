@@ -88,9 +88,30 @@ const outInside = "/e2e"
 // inside is the path inside a sandbox of the file name in e.out.
 func (e *sbEnv) inside(name string) string { return filepath.Join(outInside, name) }
 
+// newSandboxEnv gates a privileged test, makes it parallel, waits until no other sandbox test
+// runs (parallelSandbox) and builds the fixture.
 func newSandboxEnv(t *testing.T) *sbEnv {
 	t.Helper()
+	requireSandbox(t)
+	parallelSandbox(t)
+	return sandboxEnv(t)
+}
+
+// newSandboxEnvAlone is newSandboxEnv for a test that must run with no other test at all: it
+// is not parallel.
+func newSandboxEnvAlone(t *testing.T) *sbEnv {
+	t.Helper()
+	requireSandbox(t)
+	return sandboxEnv(t)
+}
+
+func requireSandbox(t *testing.T) {
+	t.Helper()
 	privtest.Require(t, "curl", "git", "python3", "nsenter", "dig", "script")
+}
+
+func sandboxEnv(t *testing.T) *sbEnv {
+	t.Helper()
 	if err := ebpf.Probe(); err != nil {
 		t.Fatalf("kernel lacks what the enforcement needs: %v", err)
 	}

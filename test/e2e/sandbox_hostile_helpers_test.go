@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,24 +95,41 @@ func (h *hostile) ownRoot(t *testing.T, r cliResult, names ...string) cliResult 
 	return r
 }
 
+// hostileProbe is the static hostileprobe binary's directory, built once per test process
+// (TestMain removes it): every adversarial test mounts the same one read-only.
+var hostileProbe struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
 // buildHostileProbe builds ./test/hostileprobe static into a directory everyone may reach and
 // read (the sandbox's root maps to an unprivileged uid outside, and runsc opens its mounts as
-// that uid) and returns the directory.
+// that uid) and returns the directory; the first call builds it, the others reuse it.
 func buildHostileProbe(t *testing.T) string {
 	t.Helper()
-	dir := sharedDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
+	root := moduleRoot(t)
+	hostileProbe.once.Do(func() {
+		hostileProbe.dir, hostileProbe.err = os.MkdirTemp("", "airlock-e2e-hostileprobe-")
+		if hostileProbe.err != nil {
+			return
+		}
+		if hostileProbe.err = os.Chmod(hostileProbe.dir, 0o755); hostileProbe.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(hostileProbe.dir, "hostileprobe"), "./test/hostileprobe")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			hostileProbe.err = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if hostileProbe.err != nil {
+		t.Fatalf("build the hostile probe: %v", hostileProbe.err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "hostileprobe"), "./test/hostileprobe")
-	cmd.Dir = moduleRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the hostile probe: %v\n%s", err, out)
-	}
-	return dir
+	return hostileProbe.dir
 }
 
 func moduleRoot(t *testing.T) string {

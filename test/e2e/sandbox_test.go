@@ -78,7 +78,7 @@ const sbCommandTimeout = 60 * time.Second
 func TestSandbox(t *testing.T) {
 	// Not parallel: the create/delete loop counts this process's file descriptors, which
 	// other tests running at the same time would change.
-	e := newSandboxEnv(t)
+	e := newSandboxEnvAlone(t)
 	name := e.name("main")
 	info := e.create(t, name)
 	host := info.HostAddr

@@ -74,7 +74,7 @@ type squidWorld struct {
 func newSquidWorld(t *testing.T, users map[string]string) *squidWorld {
 	t.Helper()
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	w.AddUpstreamAddr(t, squidAddr.Addr())
 	s := w.StartSquid(t, w.Upstream, testnet.SquidConfig{Addr: squidAddr, Users: users})
@@ -324,7 +324,7 @@ func TestUpstreamSquidModelCallsAndGit(t *testing.T) {
 // request goes through.
 func TestUpstreamSquidCredentialsFromVault(t *testing.T) {
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	cw := newCredWorld(t, 3600, 7200)
 	w, password := cw.w, randomSecret("vault-squid-pw-")
 	cw.v.PutKV(t, "e2e/proxy", map[string]any{"username": "vault-agent", "password": password})
@@ -405,7 +405,7 @@ func corpCA(t *testing.T) (certPEM, keyPEM []byte) {
 // verification and the sandbox's CA bundle trust it), and fail closed without it.
 func TestUpstreamSquidInspecting(t *testing.T) {
 	privtest.Require(t, "curl")
-	t.Parallel()
+	parallelWorld(t)
 	w := testnet.NewWorld(t)
 	w.AddUpstreamAddr(t, squidAddr.Addr())
 	cert, key := corpCA(t)

@@ -78,6 +78,7 @@ func Start(ctx context.Context, bins *Binaries, dir, netns string) (c *Cluster, 
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
 	c = &Cluster{Bins: bins, Dir: dir, CgroupRoot: "/airlock-kube-" + hex.EncodeToString(id)}
+	buildImages() // in the background, while the control plane boots
 	defer func() {
 		if err != nil {
 			c.Stop()

@@ -91,6 +91,7 @@ func startEnv(ctx context.Context, t *testing.T, bins *kubecluster.Binaries) *en
 	id := make([]byte, 3)
 	_, _ = rand.Read(id)
 	ns := testnet.NewNetns(t, "airlock-kube-"+hex.EncodeToString(id))
+	buildCLI() // in the background, while the cluster boots
 	start := time.Now()
 	c, err := kubecluster.Start(ctx, bins, t.TempDir(), "/run/netns/"+ns.Name)
 	if err != nil {

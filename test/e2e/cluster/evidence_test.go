@@ -22,7 +22,6 @@ import (
 	"github.com/airlock-dev/airlock/audit/ship"
 	"github.com/airlock-dev/airlock/test/kubecluster"
 	"github.com/airlock-dev/airlock/test/s3test"
-	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // The evidence test's S3 server (versitygw, test/s3test) runs in the cluster's network
@@ -98,9 +97,7 @@ func (e *evidence) startS3(ctx context.Context, t *testing.T) {
 	if _, err := e.store.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(k14Bucket), ObjectLockEnabledForBucket: aws.Bool(true)}); err != nil {
 		t.Fatalf("create bucket: %v\n%s", err, e.s3.Stderr())
 	}
-	if e.bin, err = testnet.BuildAirlockWithKube(ctx, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
+	e.bin = airlockCLI(ctx, t)
 }
 
 // prepareNamespace makes the sandbox namespace as a platform team would: the bucket's

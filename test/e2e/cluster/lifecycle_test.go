@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/airlock-dev/airlock/test/kubecluster"
-	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // sandboxNS is where deploy/ lets the group airlock:sandbox-managers manage sandboxes.
@@ -23,10 +22,7 @@ const sandboxNS = "airlock-sandboxes"
 // enforced like any labelled pod, list shows it, delete removes it and the policy ConfigMap
 // made for it.
 func (e *env) sandboxLifecycle(ctx context.Context, t *testing.T) {
-	bin, err := testnet.BuildAirlockWithKube(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := airlockCLI(ctx, t)
 	e.apply(ctx, t, vaultCAConfigMapFor(sandboxNS, e.vault.caPEM))
 	manager := e.managerKubeconfig(t)
 	admin := func(args ...string) (string, error) {

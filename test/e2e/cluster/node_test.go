@@ -13,7 +13,6 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/node"
 	"github.com/airlock-dev/airlock/test/kubecluster"
-	"github.com/airlock-dev/airlock/test/testnet"
 )
 
 // The node agent's tests use names of their own (prefix na-): pins live in a bpffs that
@@ -72,10 +71,7 @@ metadata:
 // checkSandboxCreateRestricted: `airlock sandbox create --backend kubernetes` makes a pod
 // that the restricted namespace admits, and it is enforced like any labelled pod.
 func (e *env) checkSandboxCreateRestricted(ctx context.Context, t *testing.T) {
-	bin, err := testnet.BuildAirlockWithKube(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := airlockCLI(ctx, t)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	writeFile(t, policy, []byte("apiVersion: airlock/v1\nkind: EgressPolicy\nmetadata: {name: sandbox}\nspec:\n  mode: enforce\n  egress:\n    - name: allowed\n      hosts: [\""+allowedHost+"\"]\n      ports: [80]\n"))
 	out, err := e.c.Command(ctx, bin, "sandbox", "create", "na-sbx", "--backend", "kubernetes", "--namespace", naNS,
