@@ -25,8 +25,8 @@ type HereSidecar interface {
 }
 
 // beginSidecarHere starts the in-process sidecar of c (Manager.RunSidecar) without waiting
-// for it: Create calls it before the container's bundle is written and the runtime started,
-// so that the sidecar's start overlaps theirs; startSidecarHere waits for it. The sidecar
+// for it: Create calls it once the runtime's create of the container is under way, so that
+// the two overlap; startSidecarHere waits for it. The sidecar
 // binds its admin listener to a port the kernel picks: no window between choosing a free port
 // and binding it for another process to take it.
 func (m *Manager) beginSidecarHere(c *creation) {
