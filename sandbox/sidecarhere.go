@@ -92,24 +92,11 @@ func (m *Manager) startSidecarHere(c *creation, timeout time.Duration) error {
 	logger.SetOutput(logOut)
 	logger.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
 	watched := *st // the loop reads its own copy while Create goes on writing st
-	s := &supervisor{st: &watched, logOut: logOut, backoff: minBackoff, everReady: true,
-		log: logger.WithFields(logrus.Fields{"sandbox": st.Name, "component": "supervisor"}),
-		wanted: func() bool {
-			cur, err := m.Store.Load(st.Name)
-			return err == nil && cur.Phase != PhaseDeleting
-		}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		defer logOut.Close()
-		done <- m.superviseSidecarHere(ctx, s, first, timeout)
-	}()
-	m.hereMu.Lock()
-	defer m.hereMu.Unlock()
-	if m.here == nil {
-		m.here = map[string]*hereSupervisor{}
-	}
-	m.here[st.Name] = &hereSupervisor{stop: cancel, done: done}
+	s := &supervisor{st: &watched, logOut: logOut, backoff: minBackoff, everReady: true, wanted: m.wanted(st.Name),
+		log: logger.WithFields(logrus.Fields{"sandbox": st.Name, "component": "supervisor"})}
+	m.goSuperviseHere(st.Name, logOut, func(ctx context.Context) error {
+		return m.superviseSidecarHere(ctx, s, first, timeout)
+	})
 	return nil
 }
 

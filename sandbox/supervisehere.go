@@ -27,23 +27,36 @@ func (m *Manager) superviseHere(st *State, sidecar int) error {
 	st.SupervisorPid, st.SupervisorInProcess = os.Getpid(), true
 	st.SupervisorTick, _ = m.ops().ProcStart(st.SupervisorPid)
 	watched := *st // Supervise reads its own copy while Create goes on writing st
-	wanted := func() bool {
-		cur, err := m.Store.Load(st.Name)
-		return err == nil && cur.Phase != PhaseDeleting
-	}
+	m.goSuperviseHere(st.Name, logOut, func(ctx context.Context) error {
+		return m.ops().Supervise(ctx, &watched, sidecar, m.wanted(st.Name), logOut)
+	})
+	return nil
+}
+
+// goSuperviseHere runs supervise (until its context ends) in a goroutine of this process as
+// the supervisor of sandbox name, for stopHere to stop; logOut is closed when it returns.
+func (m *Manager) goSuperviseHere(name string, logOut *os.File, supervise func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		defer logOut.Close()
-		done <- m.ops().Supervise(ctx, &watched, sidecar, wanted, logOut)
+		done <- supervise(ctx)
 	}()
 	m.hereMu.Lock()
 	defer m.hereMu.Unlock()
 	if m.here == nil {
 		m.here = map[string]*hereSupervisor{}
 	}
-	m.here[st.Name] = &hereSupervisor{stop: cancel, done: done}
-	return nil
+	m.here[name] = &hereSupervisor{stop: cancel, done: done}
+}
+
+// wanted says whether sandbox name still wants a sidecar: its state is there and it is not
+// being deleted. A supervisor asks before every restart.
+func (m *Manager) wanted(name string) func() bool {
+	return func() bool {
+		cur, err := m.Store.Load(name)
+		return err == nil && cur.Phase != PhaseDeleting
+	}
 }
 
 // stopHere stops the in-process supervisor of sandbox name, which stops its sidecar
