@@ -108,3 +108,26 @@ func FuzzNormalizePath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPathShortcuts holds the shortcuts of percentDecode and removeDotSegments (a path
+// returned as it is) to the full work on the same path.
+func FuzzPathShortcuts(f *testing.F) {
+	for _, s := range []string{"/", "/a/b", "/a/../b", "/a/.;/b", "/a//b", "/a%2e/b", "/a\\b", "/a\x00b", "/.x", "/a."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if s == "" || s[0] != '/' {
+			return
+		}
+		got, gotReason := percentDecode(s)
+		want, wantReason := decodeEscapes(s)
+		if got != want || gotReason != wantReason {
+			t.Fatalf("percentDecode(%q) = %q, %q; the full decoding gives %q, %q", s, got, gotReason, want, wantReason)
+		}
+		got, gotReason = removeDotSegments(s)
+		want, wantReason = resolveDotSegments(s)
+		if got != want || gotReason != wantReason {
+			t.Fatalf("removeDotSegments(%q) = %q, %q; the full work gives %q, %q", s, got, gotReason, want, wantReason)
+		}
+	})
+}
