@@ -295,9 +295,7 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 	}
 	_ = resp.Header.WriteSubset(w, excluded)
 	if _, ok := resp.Header["Date"]; !ok {
-		w.WriteString("Date: ")
-		w.Write(time.Now().UTC().AppendFormat(make([]byte, 0, 32), http.TimeFormat))
-		w.WriteString("\r\n")
+		w.WriteString(dateField())
 	}
 	switch {
 	case chunked:
@@ -314,6 +312,27 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 		return w.Flush() == nil && keep
 	}
 	return c.writeBody(resp, chunked) && keep
+}
+
+// dateLine is a Date field line and the second it names.
+type dateLine struct {
+	sec  int64
+	line string
+}
+
+// lastDate is the Date field line made last: the responses of one second share it.
+var lastDate atomic.Pointer[dateLine]
+
+// dateField returns "Date: <now>\r\n" (as net/http's server writes it), formatted once a
+// second rather than once a response.
+func dateField() string {
+	now := time.Now()
+	if d := lastDate.Load(); d != nil && d.sec == now.Unix() {
+		return d.line
+	}
+	d := &dateLine{sec: now.Unix(), line: "Date: " + now.UTC().Format(http.TimeFormat) + "\r\n"}
+	lastDate.Store(d)
+	return d.line
 }
 
 // writeTrailerNames announces the trailers known before the body.

@@ -250,7 +250,7 @@ func isStale(err error) bool {
 // response builds the http.Response of head h, with a body framed as RFC 9112 section 6.3
 // says.
 func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
-	resp := &http.Response{Status: strconv.Itoa(h.status) + " " + http.StatusText(h.status), StatusCode: h.status,
+	resp := &http.Response{Status: statusString(h.status), StatusCode: h.status,
 		Proto: h.proto, ProtoMajor: 1, ProtoMinor: 1, Header: h.header, ContentLength: h.cl, Request: r,
 		Close: h.close || r.Close}
 	if h.proto == "HTTP/1.0" {
@@ -288,6 +288,26 @@ func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
 	}
 	resp.Body = b
 	return resp
+}
+
+// statusStrings are http.Response.Status of the codes net/http names, made once.
+var statusStrings = func() map[int]string {
+	m := make(map[int]string)
+	for code := 100; code < 600; code++ {
+		if text := http.StatusText(code); text != "" {
+			m[code] = strconv.Itoa(code) + " " + text
+		}
+	}
+	return m
+}()
+
+// statusString is http.Response.Status for code ("999 " for a code without a name, as
+// net/http's client makes it).
+func statusString(code int) string {
+	if s, ok := statusStrings[code]; ok {
+		return s
+	}
+	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 
 type eofReader struct{}
