@@ -131,3 +131,16 @@ func FuzzPathShortcuts(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOverrideNameShortcut holds isOverrideName's shortcut (no "method" in the name: none)
+// to normalising every name.
+func FuzzOverrideNameShortcut(f *testing.F) {
+	for _, s := range []string{"X-HTTP-Method-Override", "Accept", "_METHOD[]", "x.method override", "\u212aMethod", "X-Méthod", "meth-od"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := isOverrideName(name), isNormalisedOverride(normaliseOverrideName(name)); got != want {
+			t.Fatalf("isOverrideName(%q) = %v; normalising it says %v", name, got, want)
+		}
+	})
+}
