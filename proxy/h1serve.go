@@ -56,10 +56,12 @@ type h1Conn struct {
 	client   string
 	absolute bool   // the explicit listener: absolute-form http:// targets
 	scheme   string // inside a tunnel: the scheme of its requests
-	tunnel   *tunnel
-	up       *h1Upstream // the upstream of the connection's current origin
-	idle     atomic.Bool // waiting for a request head to start
-	draining atomic.Bool // Shutdown asked for no more requests
+	// authority is the tunnel's host:port (tunnel.authority), made once for its requests.
+	authority string
+	tunnel    *tunnel
+	up        *h1Upstream // the upstream of the connection's current origin
+	idle      atomic.Bool // waiting for a request head to start
+	draining  atomic.Bool // Shutdown asked for no more requests
 	// armed says the idle deadline nextHead set on conn is still there: a request whose
 	// head came whole with its first read leaves it (one deadline call per request instead
 	// of three), and it is cleared (disarm) before anything else reads conn: a body, the
@@ -204,7 +206,7 @@ func (c *h1Conn) request(h h1Request) (*http.Request, *trackedBody, error) {
 		ContentLength: h.bodyLen, Body: http.NoBody}
 	o := &origin{client: c.client, hostHeader: h.host, headKnown: true, tunnel: c.tunnel, path: pathStrict}
 	if c.tunnel != nil {
-		u.Scheme, u.Host = c.scheme, c.tunnel.authority()
+		u.Scheme, u.Host = c.scheme, c.authority
 		o.ups = c.tunnel.ups
 		o.h1 = c.upstream(u.Host, func() *h1Upstream { return c.p.tunnelUpstream(c.tunnel, c.scheme) })
 	} else {
