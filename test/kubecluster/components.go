@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 func (c *Cluster) startControlPlane(ctx context.Context) error {
@@ -30,10 +29,12 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--kubelet-preferred-address-types=InternalIP", "--profiling=false", "--v=1"); err != nil {
 		return err
 	}
-	if err := c.poll(ctx, "the API server", apiTimeout, func() bool {
-		out, err := c.Kubectl(ctx, "get", "--raw", "/readyz")
-		return err == nil && strings.TrimSpace(out) == "ok"
-	}); err != nil {
+	client, err := c.apiClient()
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	if err := c.poll(ctx, "the API server", apiTimeout, func() bool { return apiReady(ctx, client) }); err != nil {
 		return err
 	}
 	if err := c.start("kube-controller-manager", nil, c.Bins.Path("kube-controller-manager"),
