@@ -205,13 +205,13 @@ func Discard() *Logger {
 // Log records one event. It returns once the event is queued for writing; after Close it
 // drops the event.
 func (l *Logger) Log(e Event) {
-	l.enqueue(e, false)
+	l.enqueue(&e, false)
 }
 
 // enqueue encodes e, gives it the next sequence number and queues it. With refuseDown it
 // queues nothing while the primary sink is failing and returns that error. It returns the
 // line's sequence number (0 when nothing was queued).
-func (l *Logger) enqueue(e Event, refuseDown bool) (uint64, error) {
+func (l *Logger) enqueue(e *Event, refuseDown bool) (uint64, error) {
 	if l.discard {
 		return 0, nil
 	}

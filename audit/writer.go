@@ -24,7 +24,7 @@ var ErrUnavailable = errors.New("audit log unavailable")
 // calls share writes (group commit). While the log cannot be written it queues nothing
 // and returns the error at once (wrapping ErrUnavailable); it returns ErrClosed after Close.
 func (l *Logger) Commit(e Event) error {
-	seq, err := l.enqueue(e, true)
+	seq, err := l.enqueue(&e, true)
 	if err != nil || seq == 0 {
 		return err
 	}
@@ -321,10 +321,11 @@ func (l *Logger) mirrorDue() (time.Time, bool) {
 func (l *Logger) noteOutage() {
 	refused, since := l.refused, l.downSince
 	l.refused = 0
-	body := Event{Time: l.now(), Sandbox: l.sandbox, Kind: KindAudit, Decision: DecisionDeny,
+	e := Event{Time: l.now(), Sandbox: l.sandbox, Kind: KindAudit, Decision: DecisionDeny,
 		Reason: "audit_unavailable", Count: refused,
 		Detail: "the audit log could not be written from " + since.UTC().Format(time.RFC3339Nano) +
-			"; requests refused meanwhile: " + strconv.FormatInt(refused, 10)}.appendBody(nil)
+			"; requests refused meanwhile: " + strconv.FormatInt(refused, 10)}
+	body := e.appendBody(nil)
 	if l.redact != nil {
 		body = l.redact(body)
 	}
