@@ -63,9 +63,11 @@ type Logger struct {
 	// writing is held by whoever writes to the primary sink (the writer goroutine, or a
 	// Commit caller writing its batch itself, see lead): one at a time, in order.
 	writing bool
-	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt (writeMirror).
+	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt (writeMirror);
+	// mirroring is set while a goroutine copies (one at a time, so copies keep the file's order).
 	mirrorBuf   []byte
 	mirrorSpare []byte
+	mirroring   bool
 	mirrorAt    time.Time
 	seq         uint64   // the last sequence number given out
 	committed   uint64   // the last sequence number given to a Commit caller
