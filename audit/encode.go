@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -82,10 +83,13 @@ func appendTail(b []byte, seq uint64, prev *[32]byte) []byte {
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, seq, 10)
 	b = append(b, `,"prev":"`...)
-	for _, c := range prev {
-		b = append(b, hex[c>>4], hex[c&0xf])
+	b = slices.Grow(b, 2*len(prev)+len(tailEnd))
+	n := len(b)
+	b = b[:n+2*len(prev)]
+	for i, c := range prev {
+		b[n+2*i], b[n+2*i+1] = hex[c>>4], hex[c&0xf]
 	}
-	return append(b, `","level":"info","msg":"audit"}`+"\n"...)
+	return append(b, tailEnd...)
 }
 
 // maxExactMS bounds the microseconds appendMS writes itself: below it, a count of
@@ -147,6 +151,9 @@ func boundField(s string, limit int) string {
 }
 
 const hex = "0123456789abcdef"
+
+// tailEnd closes every line: the logrus markers and the newline.
+const tailEnd = `","level":"info","msg":"audit"}` + "\n"
 
 // Masks for plain8, one byte each of a 64-bit word.
 const (

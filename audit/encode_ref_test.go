@@ -165,3 +165,15 @@ func (e Event) refAppendLLM(b []byte) []byte {
 	}
 	return refAppendField(b, "prompt", e.Prompt, false)
 }
+
+// refAppendTail closes a line begun by refAppendBody: its sequence number, the hash of the
+// line before it, the logrus markers and the newline.
+func refAppendTail(b []byte, seq uint64, prev *[32]byte) []byte {
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"prev":"`...)
+	for _, c := range prev {
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return append(b, `","level":"info","msg":"audit"}`+"\n"...)
+}

@@ -49,11 +49,11 @@ func encoderCases() map[string]Event {
 func TestEncoderMatchesReference(t *testing.T) {
 	for name, e := range encoderCases() {
 		t.Run(name, func(t *testing.T) {
-			got, want := e.appendBody(nil), e.refAppendBody(nil)
+			got, want := appendTail(e.appendBody(nil), 9, &[32]byte{1, 0xff}), refAppendTail(e.refAppendBody(nil), 9, &[32]byte{1, 0xff})
 			if !bytes.Equal(got, want) {
 				t.Fatalf("got  %s\nwant %s", got, want)
 			}
-			line := appendTail(got, 1, &[32]byte{})
+			line := got
 			var m map[string]any
 			if err := json.Unmarshal(line, &m); err != nil {
 				t.Fatalf("not JSON: %v: %s", err, line)
@@ -126,13 +126,33 @@ func FuzzEncoder(f *testing.F) {
 			{Kind: KindLLM, Decision: DecisionReport, Model: model, Prompt: path, CostUSD: float64(dur) / 7,
 				InputTokens: dur, Duration: time.Duration(dur) * time.Microsecond},
 		} {
-			got, want := e.appendBody(nil), e.refAppendBody(nil)
+			got, want := appendTail(e.appendBody(nil), 9, &[32]byte{1, 0xff}), refAppendTail(e.refAppendBody(nil), 9, &[32]byte{1, 0xff})
 			if !bytes.Equal(got, want) {
 				t.Fatalf("got  %s\nwant %s", got, want)
 			}
-			if !json.Valid(appendTail(got, 1, &[32]byte{})) {
+			if !json.Valid(got) {
 				t.Fatalf("not JSON: %s", got)
 			}
 		}
 	})
+}
+
+// TestAppendTailMatchesReference holds the chain fields to the reference encoder's, for
+// hashes of every byte value and sequence numbers of every length, onto buffers of every
+// spare capacity.
+func TestAppendTailMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 2000 {
+		var prev [32]byte
+		for j := range prev {
+			prev[j] = byte(r.IntN(256))
+		}
+		seq := r.Uint64() >> (i % 64)
+		start := make([]byte, i%70, i%70+i%200)
+		got := appendTail(bytes.Clone(start), seq, &prev)
+		want := refAppendTail(bytes.Clone(start), seq, &prev)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("got  %q\nwant %q", got, want)
+		}
+	}
 }
