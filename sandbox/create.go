@@ -298,7 +298,7 @@ func (m *Manager) build(ctx context.Context, c *creation, steps []createStep) er
 	if uerr := m.undo(context.WithoutCancel(ctx), c.st, steps[:done]); uerr != nil {
 		return errors.Join(err, fmt.Errorf("undo: %w (run `airlock sandbox reap` to retry)", uerr))
 	}
-	if rerr := m.Store.Remove(c.st.Name); rerr != nil {
+	if rerr := m.Store.RemoveState(c.st); rerr != nil {
 		return errors.Join(err, fmt.Errorf("undo: %w", rerr))
 	}
 	return err
@@ -448,7 +448,7 @@ func (m *Manager) undoCgroup(ctx context.Context, st *State) (string, error) {
 
 func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
 	st := c.st
-	caPEM, err := m.LoadCA(st.sidecarStateDir())
+	caPEM, err := m.LoadCA(st.sidecarStateDir(), !st.ephemeral())
 	if err != nil {
 		return "", fmt.Errorf("load the sidecar CA: %w", err)
 	}

@@ -61,8 +61,12 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 	if err != nil {
 		return nil, cli.Failf("find the airlock executable: %v", err)
 	}
-	loadCA := func(dir string) ([]byte, error) {
-		ca, err := proxy.LoadOrCreateCA(dir, time.Now)
+	loadCA := func(dir string, durable bool) ([]byte, error) {
+		load := proxy.LoadOrCreateCA
+		if !durable {
+			load = proxy.LoadOrCreateCANoSync
+		}
+		ca, err := load(dir, time.Now)
 		if err != nil {
 			return nil, err
 		}
