@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -419,6 +420,11 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	var progress io.Writer
 	if *ephemeral {
 		progress = stderr
+		if _, set := os.LookupEnv("GOGC"); !set {
+			// The sidecar this process runs (runHere) sets it anyway; set first, it spares
+			// the creation the collection its first few megabytes would cost.
+			debug.SetGCPercent(defaultGCPercent)
+		}
 	}
 	m, err := manager(c.stateDir, progress)
 	if err != nil {
