@@ -152,6 +152,13 @@ type ContainerState struct {
 	Home string `json:"home,omitempty"`
 }
 
+// etcAfterCreate says the bundle's /etc is written in two parts: what the runtime's create
+// reads before it (writeEtcUsers), the rest while the runtime creates the container (the
+// create's files step, writeBundleEtc), so that the create starts earlier. Only for a container
+// made with its one command (Waiting: its process starts after every create step) on the
+// host's view (an image's /etc files are bind-mount sources the create needs).
+func (c *ContainerState) etcAfterCreate() bool { return c.Waiting && c.Image == nil }
+
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.
 func resolveRuntime(name string) (string, error) {
 	if name == "" {

@@ -83,8 +83,8 @@ func (m *Manager) createSteps() []createStep {
 }
 
 // stepsFor is createSteps, but for a container made with its one command (OnceProcess): the
-// runtime creates it before the sidecar starts, in the background, so that the two overlap,
-// and a last step waits for it. Its process starts only later (StartOnce), once the kernel
+// runtime creates it right after the cgroup step, in the background, so that the files, the
+// sidecar's start and the create overlap, and a last step waits for it. Its process starts only later (StartOnce), once the kernel
 // programs are attached; until then only the runtime's own code runs in the container.
 func (m *Manager) stepsFor(c *creation) []createStep {
 	steps := m.createSteps()
@@ -100,11 +100,14 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		c.dropSidecarHere()
 		return m.undoContainer(ctx, st)
 	}, "cgroup", false}
+	files := byName["files"]
 	if m.RunSidecar != nil && c.st.Network != NetworkNone {
-		// The in-process sidecar starts as soon as the runtime's create is under way: that
-		// create, not the sidecar, is what the sandbox waits for longest, so it goes first.
-		early.do = func(ctx context.Context, c *creation) (string, error) {
-			line, err := m.doContainerEarly(ctx, c)
+		// The in-process sidecar starts as soon as its CA is there, the runtime's create
+		// already under way: that create, not the sidecar, is what the sandbox waits for
+		// longest, so it goes first, even before the files (its bundle's /etc gets the rest
+		// of its files in the files step: ContainerState.etcAfterCreate).
+		files.do = func(ctx context.Context, c *creation) (string, error) {
+			line, err := m.doFiles(ctx, c)
 			if err == nil {
 				m.beginSidecarHere(c)
 			}
@@ -128,7 +131,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		}
 		return fmt.Sprintf("the command waits for the sandbox to start it; supervised by this process (%d)", c.st.SupervisorPid), nil
 	}, nil, "", false}
-	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
+	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], early, files,
 		byName["sidecar"], byName["kernel"], created}
 }
 
@@ -467,6 +470,9 @@ func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
 		return "", err
 	}
 	if err := m.ops().WriteNetnsResolvConf(st.Netns, st.resolvConf()); err != nil {
+		return "", err
+	}
+	if err := m.ops().WriteBundleEtc(st); err != nil { // the part of its /etc that needs them
 		return "", err
 	}
 	if st.Network == NetworkNone {

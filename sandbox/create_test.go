@@ -441,8 +441,9 @@ func TestNetworkNoneHoldsNoLink(t *testing.T) {
 }
 
 // TestOnceProcessCreatesBesideTheSidecar: a container made with its one command is created by
-// the runtime before the sidecar starts (the two overlap), waited for after the kernel step,
-// and started only by StartOnce; a failure after the create undoes it.
+// the runtime before the files and the sidecar's start (they overlap), the rest of its /etc
+// written while it runs, waited for after the kernel step, and started only by StartOnce; a
+// failure after the create undoes it.
 func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	m, h, progress := newTestManager(t)
 	o := testOptions(t, "once")
@@ -457,7 +458,7 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 			names = append(names, g[1])
 		}
 	}
-	if want := []string{"netns", "veth", "cgroup", "files", "container", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
+	if want := []string{"netns", "veth", "cgroup", "container", "files", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
 		t.Errorf("progress steps %v, want %v:\n%s", names, want, progress)
 	}
 	select {
@@ -469,6 +470,9 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	create, sidecar := slices.Index(calls, "CreateContainer"), slices.Index(calls, "start run")
 	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(calls, "StartContainer") || slices.Contains(calls, "RunContainer") {
 		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", calls)
+	}
+	if etc := slices.Index(calls, "WriteBundleEtc"); etc < create || etc > sidecar {
+		t.Errorf("calls %v: want the rest of the bundle's /etc written after CreateContainer, before the sidecar starts", calls)
 	}
 	if sup := slices.Index(calls, "Supervise"); sup < sidecar || st.SupervisorPid != os.Getpid() || !st.SupervisorInProcess || slices.Contains(calls, "start sandbox") {
 		t.Errorf("calls %v, supervisor pid %d (in process %v): want the sidecar supervised by this process after it started, and that recorded", calls, st.SupervisorPid, st.SupervisorInProcess)
