@@ -100,14 +100,19 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		c.dropSidecarHere()
 		return m.undoContainer(ctx, st)
 	}, "cgroup", false}
-	files := byName["files"]
+	// The runtime's create, not the sidecar, is what the sandbox waits for longest, so it goes
+	// first, even before the files (its bundle's /etc gets the rest of its files in the files
+	// step: ContainerState.etcAfterCreate); an image's /etc files are bind-mount sources the
+	// create needs, so there the files go first.
+	first, second := early, byName["files"]
+	if c.o.Image != "" {
+		first, second = second, first
+	}
 	if m.RunSidecar != nil && c.st.Network != NetworkNone {
-		// The in-process sidecar starts as soon as its CA is there, the runtime's create
-		// already under way: that create, not the sidecar, is what the sandbox waits for
-		// longest, so it goes first, even before the files (its bundle's /etc gets the rest
-		// of its files in the files step: ContainerState.etcAfterCreate).
-		files.do = func(ctx context.Context, c *creation) (string, error) {
-			line, err := m.doFiles(ctx, c)
+		// The in-process sidecar starts once its CA is there and the create is under way.
+		do := second.do
+		second.do = func(ctx context.Context, c *creation) (string, error) {
+			line, err := do(ctx, c)
 			if err == nil {
 				m.beginSidecarHere(c)
 			}
@@ -131,7 +136,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		}
 		return fmt.Sprintf("the command waits for the sandbox to start it; supervised by this process (%d)", c.st.SupervisorPid), nil
 	}, nil, "", false}
-	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], early, files,
+	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], first, second,
 		byName["sidecar"], byName["kernel"], created}
 }
 

@@ -434,8 +434,8 @@ func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResu
 		out = append(out, ReapResult{Name: filepath.Base(claim), Reason: "uid range claim " + claim + " without a state file", Err: m.ops().ReleaseIDRange(claim)})
 	}
 	if m.Images != nil { // layers only sandboxes whose state file is gone held
-		if n, err := m.Images.Prune(); n > 0 || err != nil {
-			out = append(out, ReapResult{Name: "images", Reason: fmt.Sprintf("%d image layers no sandbox uses", n), Err: err})
+		if n, err := m.Images.Prune(olderThan); n > 0 || err != nil {
+			out = append(out, ReapResult{Name: "images", Reason: fmt.Sprintf("%d image layers no sandbox uses or was created with for %s", n, olderThan), Err: err})
 		}
 	}
 	return out, listErr

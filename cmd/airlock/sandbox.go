@@ -753,7 +753,8 @@ func sandboxReap(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
 Remove sandboxes created longer ago than --older-than, and orphaned ones of any age: those a
 crashed create or delete left half-built, those whose supervisor is gone, and cgroups under
-the sandboxes' cgroup parent that no state file names. Run it from cron or a systemd timer.`, stderr)
+the sandboxes' cgroup parent that no state file names; and the cached image layers no sandbox
+holds that no create used for --older-than. Run it from cron or a systemd timer.`, stderr)
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	olderThan := fs.Duration("older-than", 0, "remove sandboxes older than this (e.g. 10m, 24h); required")
 	rest, err := fs.ParseArgs(args, stdout, true)
