@@ -84,8 +84,9 @@ func (m *Manager) createSteps() []createStep {
 
 // stepsFor is createSteps, but for a container made with its one command (OnceProcess): the
 // runtime creates it right after the cgroup step, in the background, so that the files, the
-// sidecar's start and the create overlap, and a last step waits for it. Its process starts only later (StartOnce), once the kernel
-// programs are attached; until then only the runtime's own code runs in the container.
+// sidecar's start and the create overlap, and a last step waits for it. Its process starts
+// only later (StartOnce), once the kernel programs are attached; until then only the
+// runtime's own code runs in the container.
 func (m *Manager) stepsFor(c *creation) []createStep {
 	steps := m.createSteps()
 	if c.o.OnceProcess == nil {
