@@ -208,7 +208,8 @@ func FuzzEventLine(f *testing.F) {
 		f.Add(s, s)
 	}
 	f.Fuzz(func(t *testing.T, path, detail string) {
-		line := Event{Kind: KindHTTP, Decision: DecisionDeny, Path: path, Detail: detail, Secrets: []string{detail}}.appendBody(nil)
+		e := Event{Kind: KindHTTP, Decision: DecisionDeny, Path: path, Detail: detail, Secrets: []string{detail}}
+		line := e.appendBody(nil)
 		line = appendTail(line, 7, &[32]byte{})
 		if bytes.Count(line, []byte("\n")) != 1 || line[len(line)-1] != '\n' {
 			t.Fatalf("not exactly one line: %q", line)

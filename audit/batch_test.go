@@ -167,3 +167,42 @@ func (w *countingWriter) count() int {
 	defer w.mu.Unlock()
 	return w.writes
 }
+
+// TestMirrorKeepsOrderWhenCommittersCopy: many Commit callers writing batch after batch of
+// long lines fill the mirror's bound again and again, and whichever goroutine copies it (the
+// writer, or a caller that wrote a batch), the copy holds every line in the file's order.
+func TestMirrorKeepsOrderWhenCommittersCopy(t *testing.T) {
+	w := &countingWriter{}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := New(Options{Writer: w, File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers, each = 16, 300
+	detail := strings.Repeat("d", 2000) // 16 lines fill most of the bound
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				if err := l.Commit(Event{Kind: KindHTTP, Decision: DecisionAllow, Detail: detail, RequestID: fmt.Sprint(c, "-", i)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(decodeLines(t, file)); got != callers*each {
+		t.Fatalf("file: got %d lines, want %d", got, callers*each)
+	}
+	if !bytes.Equal(w.buf.Bytes(), file) {
+		t.Fatalf("the stderr copy (%d bytes) is not the file (%d bytes) in order", w.buf.Len(), len(file))
+	}
+}

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"io"
 	"path/filepath"
 	"syscall"
@@ -79,6 +80,7 @@ func BenchmarkCommitParallel(b *testing.B) {
 func BenchmarkEncodeChain(b *testing.B) {
 	var prev [32]byte
 	buf := make([]byte, 0, 1024)
+	defer cpuPerOp(b)()
 	for b.Loop() {
 		buf = appendTail(benchEvent.appendBody(buf[:0]), 1, &prev)
 		prev = sha256Line(buf)
@@ -88,7 +90,57 @@ func BenchmarkEncodeChain(b *testing.B) {
 // BenchmarkEncodeOnly is encoding without the chain, for comparison.
 func BenchmarkEncodeOnly(b *testing.B) {
 	buf := make([]byte, 0, 1024)
+	defer cpuPerOp(b)()
 	for b.Loop() {
 		buf = benchEvent.appendBody(buf[:0])
 	}
+}
+
+// BenchmarkEncodeReference is the encoder before it was made faster (encode_ref_test.go),
+// for comparison with BenchmarkEncodeOnly in the same run.
+func BenchmarkEncodeReference(b *testing.B) {
+	buf := make([]byte, 0, 1024)
+	defer cpuPerOp(b)()
+	for b.Loop() {
+		buf = benchEvent.refAppendBody(buf[:0])
+	}
+}
+
+// BenchmarkRequestEvents is the audit's work for one forwarded request as the proxy does it,
+// 16 requests at a time: the decision event committed (written before the request goes
+// upstream), then the canonical event logged, each line scrubbed by a redactor that knows
+// one secret (a stand-in for the credential broker's, whose cost credentials'
+// BenchmarkRedactAuditLine measures) into a chained file with signed checkpoints.
+func BenchmarkRequestEvents(b *testing.B) {
+	secret := []byte("bench-secret-value-0123456789abcdef")
+	key, err := GenerateKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := New(Options{Writer: io.Discard, File: filepath.Join(b.TempDir(), "audit.log"), Key: key, Keep: 256,
+		Redact: func(line []byte) []byte {
+			if bytes.Contains(line, secret) {
+				return bytes.ReplaceAll(line, secret, []byte("[REDACTED]"))
+			}
+			return line
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	defer cpuPerOp(b)()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			e := benchEvent
+			e.Status, e.BytesDown, e.Phase = 0, 0, PhaseDecision
+			if err := l.Commit(e); err != nil {
+				b.Error(err)
+				return
+			}
+			e.Status, e.BytesDown, e.Phase, e.Duration = 200, 1234, "", 1234*time.Microsecond
+			l.Log(e)
+		}
+	})
 }

@@ -63,9 +63,11 @@ type Logger struct {
 	// writing is held by whoever writes to the primary sink (the writer goroutine, or a
 	// Commit caller writing its batch itself, see lead): one at a time, in order.
 	writing bool
-	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt (writeMirror).
+	// mirrorBuf holds written lines not yet copied to mirror, since mirrorAt (writeMirror);
+	// mirroring is set while a goroutine copies (one at a time, so copies keep the file's order).
 	mirrorBuf   []byte
 	mirrorSpare []byte
+	mirroring   bool
 	mirrorAt    time.Time
 	seq         uint64   // the last sequence number given out
 	committed   uint64   // the last sequence number given to a Commit caller
@@ -205,13 +207,13 @@ func Discard() *Logger {
 // Log records one event. It returns once the event is queued for writing; after Close it
 // drops the event.
 func (l *Logger) Log(e Event) {
-	l.enqueue(e, false)
+	l.enqueue(&e, false)
 }
 
 // enqueue encodes e, gives it the next sequence number and queues it. With refuseDown it
 // queues nothing while the primary sink is failing and returns that error. It returns the
 // line's sequence number (0 when nothing was queued).
-func (l *Logger) enqueue(e Event, refuseDown bool) (uint64, error) {
+func (l *Logger) enqueue(e *Event, refuseDown bool) (uint64, error) {
 	if l.discard {
 		return 0, nil
 	}

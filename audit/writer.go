@@ -24,27 +24,43 @@ var ErrUnavailable = errors.New("audit log unavailable")
 // calls share writes (group commit). While the log cannot be written it queues nothing
 // and returns the error at once (wrapping ErrUnavailable); it returns ErrClosed after Close.
 func (l *Logger) Commit(e Event) error {
-	seq, err := l.enqueue(e, true)
+	seq, err := l.enqueue(&e, true)
 	if err != nil || seq == 0 {
 		return err
 	}
-	return l.waitWritten(seq)
+	led, err := l.waitWritten(seq)
+	if led && l.mirrorBehind() {
+		// The writer goroutine has not copied a full mirror's worth while Commit callers
+		// wrote batch after batch (it waits its turn behind them): the caller that wrote
+		// copies it, after the callers of its batch were released, so the copy stays within
+		// its bound instead of growing (and being reallocated) until the callers pause.
+		l.writeMirror(false)
+	}
+	return err
+}
+
+// mirrorBehind reports whether the mirror's copy has reached mirrorMaxBytes.
+func (l *Logger) mirrorBehind() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mirror != nil && len(l.mirrorBuf) >= mirrorMaxBytes
 }
 
 // waitWritten waits until line seq is written, or its batch's write failed. When no write
 // is under way it yields the processor once (so that goroutines ready to commit join the
 // batch) and then writes what is pending itself (lead); when it cannot (a rotation is due,
 // the sink is failing, the Logger is closing) the writer goroutine is asked to, at once.
-func (l *Logger) waitWritten(seq uint64) error {
+// led says whether the caller wrote a batch.
+func (l *Logger) waitWritten(seq uint64) (led bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	asked, yielded := false, false
 	for l.written < seq {
 		switch {
 		case l.writeErr != nil && l.failedUpTo >= seq:
-			return l.writeErr
+			return led, l.writeErr
 		case l.exited:
-			return ErrClosed
+			return led, ErrClosed
 		case l.canLead():
 			if !yielded && len(l.pending) < yieldBelow {
 				// Before writing, let the goroutines that are ready to run have their turn
@@ -59,6 +75,7 @@ func (l *Logger) waitWritten(seq uint64) error {
 				continue
 			}
 			l.lead()
+			led = true
 			continue
 		case !l.writing && !asked:
 			asked = true
@@ -73,7 +90,7 @@ func (l *Logger) waitWritten(seq uint64) error {
 		}
 		l.flushed.Wait()
 	}
-	return nil
+	return led, nil
 }
 
 // canLead reports whether a Commit caller may write what is pending itself: nobody is
@@ -289,14 +306,24 @@ const (
 // writeMirror copies the lines written to the file since the last copy to the mirror
 // (stderr) in one write: always with force, else when a bound is reached. Under load this
 // is one write to stderr per many batches instead of one per batch; the copy is best effort
-// and its order is the file's. Only the writer goroutine calls it.
+// and its order is the file's: one goroutine copies at a time (mirroring); without force a
+// call finding a copy under way leaves it to that one. The writer goroutine calls it, and a
+// Commit caller that wrote a batch when the copy is behind (Commit).
 func (l *Logger) writeMirror(force bool) {
 	l.mu.Lock()
+	for l.mirroring {
+		if !force {
+			l.mu.Unlock()
+			return
+		}
+		l.flushed.Wait()
+	}
 	buf := l.mirrorBuf
 	if len(buf) == 0 || !force && len(buf) < mirrorMaxBytes && time.Since(l.mirrorAt) < mirrorMaxAge {
 		l.mu.Unlock()
 		return
 	}
+	l.mirroring = true
 	l.mirrorBuf, l.mirrorSpare = l.mirrorSpare[:0], nil
 	l.mu.Unlock()
 	_, _ = l.mirror.Write(buf)
@@ -305,6 +332,8 @@ func (l *Logger) writeMirror(force bool) {
 	}
 	l.mu.Lock()
 	l.mirrorSpare = buf[:0]
+	l.mirroring = false
+	l.flushed.Broadcast() // a forced copy may be waiting for this one
 	l.mu.Unlock()
 }
 
@@ -321,10 +350,11 @@ func (l *Logger) mirrorDue() (time.Time, bool) {
 func (l *Logger) noteOutage() {
 	refused, since := l.refused, l.downSince
 	l.refused = 0
-	body := Event{Time: l.now(), Sandbox: l.sandbox, Kind: KindAudit, Decision: DecisionDeny,
+	e := Event{Time: l.now(), Sandbox: l.sandbox, Kind: KindAudit, Decision: DecisionDeny,
 		Reason: "audit_unavailable", Count: refused,
 		Detail: "the audit log could not be written from " + since.UTC().Format(time.RFC3339Nano) +
-			"; requests refused meanwhile: " + strconv.FormatInt(refused, 10)}.appendBody(nil)
+			"; requests refused meanwhile: " + strconv.FormatInt(refused, 10)}
+	body := e.appendBody(nil)
 	if l.redact != nil {
 		body = l.redact(body)
 	}

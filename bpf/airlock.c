@@ -141,10 +141,12 @@ struct {
  * completes (sockops moves it to peer_cg), and then by the client's address and port for as
  * long as the sidecar may look it up: a keep-alive connection's every request does. An
  * entry evicted before its lookup makes the lookup fail, and the sidecar refuses the
- * connection (identity_unknown): never another connection's identity. */
+ * connection (identity_unknown): never another connection's identity. conn_cg holds a
+ * connection only for its handshake (microseconds on the veth), so 1024 handshakes in flight
+ * per sandbox are plenty; peer_cg holds every open connection. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 1024);
 	__type(key, __u64);
 	__type(value, struct peer_val);
 } conn_cg SEC(".maps");
@@ -166,10 +168,13 @@ struct {
 /* The cgroup of the task that sent each UDP query to the DNS filter (dns_key), from the
  * egress of the query until the filter reads it (milliseconds); and, per socket, which
  * cgroup's task sends on it (dns_sk). An evicted entry makes the filter's lookup fail, and the
- * query is refused (identity_unknown): never another query's identity. */
+ * query is refused (identity_unknown): never another query's identity. 2048 queries between
+ * the egress of one and the filter's read of it is more than the filter's socket buffer
+ * holds; every entry of an LRU map is allocated when the map is made, at every sandbox's
+ * start, so a larger one costs start-up time for nothing. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 2048);
 	__type(key, struct dns_key);
 	__type(value, struct peer_val);
 } dns_cg SEC(".maps");

@@ -21,6 +21,9 @@ type pattern struct {
 type Replacer struct {
 	pats   []pattern
 	maxLen int
+	// skip, when set, makes contains skip through text instead of searching it once per
+	// pattern (skipTable); nil when the patterns are too few or too short for it to pay.
+	skip *skipTable
 }
 
 // newReplacer builds a Replacer; empty patterns are dropped, and a pattern given twice keeps
@@ -38,6 +41,7 @@ func newReplacer(pats []pattern) *Replacer {
 	}
 	// Longest first, so the first pattern found at a position is the longest there.
 	slices.SortStableFunc(r.pats, func(a, b pattern) int { return len(b.find) - len(a.find) })
+	r.skip = newSkipTable(r.pats)
 	return r
 }
 
@@ -104,6 +108,9 @@ func (r *Replacer) String(s string) (string, error) {
 
 // contains reports whether any pattern occurs in b.
 func (r *Replacer) contains(b []byte) bool {
+	if r.skip != nil {
+		return r.skip.contains(b, r.pats)
+	}
 	for _, p := range r.pats {
 		if bytes.Contains(b, p.find) {
 			return true

@@ -93,6 +93,18 @@ type leafEntry struct {
 // (nil means time.Now). Errors: ErrCAIncomplete when only one file exists, ErrInvalidCA
 // when they exist but cannot be used, or the I/O error.
 func LoadOrCreateCA(dir string, now func() time.Time) (*CA, error) {
+	return loadOrCreateCA(dir, now, true)
+}
+
+// LoadOrCreateCANoSync is LoadOrCreateCA for a CA that is of no use after a crash of the host
+// (an `exec --ephemeral` sandbox's, which lives as long as its one command): a new CA's files
+// are still written whole and renamed into place, so no reader ever sees a partial one, but
+// not fsynced.
+func LoadOrCreateCANoSync(dir string, now func() time.Time) (*CA, error) {
+	return loadOrCreateCA(dir, now, false)
+}
+
+func loadOrCreateCA(dir string, now func() time.Time, durable bool) (*CA, error) {
 	if now == nil {
 		now = time.Now
 	}
@@ -103,7 +115,7 @@ func LoadOrCreateCA(dir string, now func() time.Time) (*CA, error) {
 	case certErr == nil && keyErr == nil:
 		return loadCA(certPath, keyPath, now)
 	case errors.Is(certErr, fs.ErrNotExist) && errors.Is(keyErr, fs.ErrNotExist):
-		return createCA(dir, now)
+		return createCA(dir, now, durable)
 	case certErr == nil && errors.Is(keyErr, fs.ErrNotExist):
 		return nil, fmt.Errorf("load CA: %s exists without %s (remove it to create a new CA): %w", certPath, caKeyFile, ErrCAIncomplete)
 	case keyErr == nil && errors.Is(certErr, fs.ErrNotExist):
@@ -148,7 +160,7 @@ func loadCA(certPath, keyPath string, now func() time.Time) (*CA, error) {
 
 // createCA makes a new CA and writes it to dir; the key is written before the certificate,
 // and each file is renamed into place whole.
-func createCA(dir string, now func() time.Time) (*CA, error) {
+func createCA(dir string, now func() time.Time, durable bool) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("create CA: %w", err)
@@ -182,10 +194,10 @@ func createCA(dir string, now func() time.Time) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create CA: %w", err)
 	}
-	if err := writeFileAtomic(dir, caKeyFile, keyPEM, 0o600); err != nil {
+	if err := writeFileAtomic(dir, caKeyFile, keyPEM, 0o600, durable); err != nil {
 		return nil, fmt.Errorf("create CA: %w", err)
 	}
-	if err := writeFileAtomic(dir, caCertFile, certPEM, 0o644); err != nil {
+	if err := writeFileAtomic(dir, caCertFile, certPEM, 0o644, durable); err != nil {
 		return nil, fmt.Errorf("create CA: %w", err)
 	}
 	return newCA(cert, key, certPEM, now), nil
@@ -196,8 +208,9 @@ func newCA(cert *x509.Certificate, key *ecdsa.PrivateKey, certPEM []byte, now fu
 		leaves: make(map[string]*list.Element), order: list.New()}
 }
 
-// writeFileAtomic writes data to dir/name through a temporary file renamed into place.
-func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
+// writeFileAtomic writes data to dir/name through a temporary file renamed into place,
+// fsynced before the rename when durable.
+func writeFileAtomic(dir, name string, data []byte, mode os.FileMode, durable bool) error {
 	f, err := os.CreateTemp(dir, "."+name+".*")
 	if err != nil {
 		return err
@@ -211,9 +224,11 @@ func writeFileAtomic(dir, name string, data []byte, mode os.FileMode) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -150,6 +152,13 @@ type ContainerState struct {
 	Home string `json:"home,omitempty"`
 }
 
+// etcAfterCreate says the bundle's /etc is written in two parts: what the runtime's create
+// reads before it (writeEtcUsers), the rest while the runtime creates the container (the
+// create's files step, writeBundleEtc), so that the create starts earlier. Only for a container
+// made with its one command (Waiting: its process starts after every create step) on the
+// host's view (an image's /etc files are bind-mount sources the create needs).
+func (c *ContainerState) etcAfterCreate() bool { return c.Waiting && c.Image == nil }
+
 // resolveRuntime finds the runtime binary: a name on PATH (runc, crun) or a path.
 func resolveRuntime(name string) (string, error) {
 	if name == "" {
@@ -170,6 +179,21 @@ func resolveRuntime(name string) (string, error) {
 // runtime mounts from inside the sandbox's user namespace, as the unprivileged mapped root, so
 // the root filesystem's path must be traversable by it.
 const bundleRoot = "/run/airlock/bundles"
+
+// runtimeStateRoot holds the runtimes' private --root directories, one per state directory
+// and runtime (runtimeRootDir). It is on /run, a tmpfs: what the runtime keeps there (its
+// state.json, written with fsync, and runc's copy of its own binary for each container
+// process it starts) describes processes that a reboot ends anyway, and writing it to the
+// state directory's disk put those writes and fsyncs on the path of every create and exec.
+const runtimeStateRoot = "/run/airlock/runtime"
+
+// runtimeRootDir is the --root of runtime for the sandboxes of the store in storeDir: private
+// to that store (two state directories may hold sandboxes of the same name, and `delete` and
+// `reap` must never meet another store's containers or the host's own).
+func runtimeRootDir(storeDir, runtime string) string {
+	sum := sha256.Sum256([]byte(storeDir))
+	return filepath.Join(runtimeStateRoot, hex.EncodeToString(sum[:5]), filepath.Base(runtime))
+}
 
 // idClaimDir holds one claim file per id range in use, host-wide (every state directory).
 // (A variable for the tests.)

@@ -191,6 +191,55 @@ func TestWriteBundle(t *testing.T) {
 	}
 }
 
+// A container made with its one command (Waiting) gets its bundle in two parts: what the
+// runtime's create reads (passwd, group, the mount points, config.json) before the public files
+// exist, the rest of /etc from writeBundleEtc once they do; any other bundle is whole at once.
+func TestWriteBundleEtcAfterCreate(t *testing.T) {
+	dir := t.TempDir()
+	st := testState()
+	st.Dir, st.SandboxAddr, st.HostAddr = dir, "198.19.0.2", "198.19.0.1"
+	st.Container.Bundle = filepath.Join(dir, "bundles", "b1")
+	st.Container.Waiting, st.Container.Mounts = true, nil
+	if err := writeBundle(st); err != nil { // no public files yet: they are not read
+		t.Fatalf("writeBundle before the public files: %v", err)
+	}
+	etc := filepath.Join(st.Container.Bundle, "rootfs", "etc")
+	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(etc, p)); return err == nil }
+	for _, p := range []string{"passwd", "group", "mtab"} {
+		if !exists(p) {
+			t.Errorf("%s missing before the create", p)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(st.Container.Bundle, "config.json")); err != nil {
+		t.Errorf("config.json before the create: %v", err)
+	}
+	for _, p := range []string{"hosts", "hostname", "resolv.conf", "airlock/env", "nsswitch.conf"} {
+		if exists(p) {
+			t.Errorf("%s written before the public files exist", p)
+		}
+	}
+	if err := os.MkdirAll(st.PublicDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(st.EnvFile(), []byte("HTTPS_PROXY=x\n"), 0o644)
+	os.WriteFile(st.CABundle(), []byte("CA\n"), 0o644)
+	if err := writeBundleEtc(st); err != nil {
+		t.Fatalf("writeBundleEtc: %v", err)
+	}
+	for _, p := range []string{"hosts", "hostname", "resolv.conf", "airlock/env", "airlock/ca/ca-bundle.pem", "nsswitch.conf"} {
+		if !exists(p) {
+			t.Errorf("%s missing after writeBundleEtc", p)
+		}
+	}
+	st.Container.Waiting, st.Container.Bundle = false, filepath.Join(dir, "bundles", "b2")
+	if err := writeBundle(st); err != nil || !exists("hosts") {
+		t.Fatalf("a bundle of a started container: %v", err)
+	}
+	if err := writeBundleEtc(st); err != nil {
+		t.Errorf("writeBundleEtc of a whole bundle: %v, want a no-op", err)
+	}
+}
+
 // Id ranges are claimed host-wide without overlap, skipping host ids and other bases' claims,
 // released, and a claim whose state file is gone is stray.
 func TestClaimIDRange(t *testing.T) {

@@ -83,9 +83,10 @@ func (m *Manager) createSteps() []createStep {
 }
 
 // stepsFor is createSteps, but for a container made with its one command (OnceProcess): the
-// runtime creates it before the sidecar starts, in the background, so that the two overlap,
-// and a last step waits for it. Its process starts only later (StartOnce), once the kernel
-// programs are attached; until then only the runtime's own code runs in the container.
+// runtime creates it right after the cgroup step, in the background, so that the files, the
+// sidecar's start and the create overlap, and a last step waits for it. Its process starts
+// only later (StartOnce), once the kernel programs are attached; until then only the
+// runtime's own code runs in the container.
 func (m *Manager) stepsFor(c *creation) []createStep {
 	steps := m.createSteps()
 	if c.o.OnceProcess == nil {
@@ -100,11 +101,19 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		c.dropSidecarHere()
 		return m.undoContainer(ctx, st)
 	}, "cgroup", false}
+	// The runtime's create, not the sidecar, is what the sandbox waits for longest, so it goes
+	// first, even before the files (its bundle's /etc gets the rest of its files in the files
+	// step: ContainerState.etcAfterCreate); an image's /etc files are bind-mount sources the
+	// create needs, so there the files go first.
+	first, second := early, byName["files"]
+	if c.o.Image != "" {
+		first, second = second, first
+	}
 	if m.RunSidecar != nil && c.st.Network != NetworkNone {
-		// The in-process sidecar starts as soon as the runtime's create is under way: that
-		// create, not the sidecar, is what the sandbox waits for longest, so it goes first.
-		early.do = func(ctx context.Context, c *creation) (string, error) {
-			line, err := m.doContainerEarly(ctx, c)
+		// The in-process sidecar starts once its CA is there and the create is under way.
+		do := second.do
+		second.do = func(ctx context.Context, c *creation) (string, error) {
+			line, err := do(ctx, c)
 			if err == nil {
 				m.beginSidecarHere(c)
 			}
@@ -128,7 +137,7 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		}
 		return fmt.Sprintf("the command waits for the sandbox to start it; supervised by this process (%d)", c.st.SupervisorPid), nil
 	}, nil, "", false}
-	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], byName["files"], early,
+	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], first, second,
 		byName["sidecar"], byName["kernel"], created}
 }
 
@@ -298,7 +307,7 @@ func (m *Manager) build(ctx context.Context, c *creation, steps []createStep) er
 	if uerr := m.undo(context.WithoutCancel(ctx), c.st, steps[:done]); uerr != nil {
 		return errors.Join(err, fmt.Errorf("undo: %w (run `airlock sandbox reap` to retry)", uerr))
 	}
-	if rerr := m.Store.Remove(c.st.Name); rerr != nil {
+	if rerr := m.Store.RemoveState(c.st); rerr != nil {
 		return errors.Join(err, fmt.Errorf("undo: %w", rerr))
 	}
 	return err
@@ -448,7 +457,7 @@ func (m *Manager) undoCgroup(ctx context.Context, st *State) (string, error) {
 
 func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
 	st := c.st
-	caPEM, err := m.LoadCA(st.sidecarStateDir())
+	caPEM, err := m.LoadCA(st.sidecarStateDir(), !st.ephemeral())
 	if err != nil {
 		return "", fmt.Errorf("load the sidecar CA: %w", err)
 	}
@@ -467,6 +476,9 @@ func (m *Manager) doFiles(_ context.Context, c *creation) (string, error) {
 		return "", err
 	}
 	if err := m.ops().WriteNetnsResolvConf(st.Netns, st.resolvConf()); err != nil {
+		return "", err
+	}
+	if err := m.ops().WriteBundleEtc(st); err != nil { // the part of its /etc that needs them
 		return "", err
 	}
 	if st.Network == NetworkNone {

@@ -45,7 +45,7 @@ func (m *Manager) planContainer(c *creation, cgroup2Root string) error {
 		return fmt.Errorf("--image %s: no image cache is set up", o.Image)
 	}
 	st.Container = &ContainerState{
-		Runtime: rt, Root: filepath.Join(m.Store.StateRoot, "runtime", filepath.Base(rt)), ID: st.Name,
+		Runtime: rt, Root: runtimeRootDir(m.Store.Dir, rt), ID: st.Name,
 		Bundle: bundleDirName(m.Store.Dir, st.Name), CgroupsPath: "/" + rel, Workdir: workdir,
 		TmpSize: o.TmpSize, Mounts: o.Mounts, Once: o.Once,
 	}

@@ -29,7 +29,7 @@ func newTestManager(t *testing.T) (*Manager, *fakeHost, *bytes.Buffer) {
 	h := newFakeHost(t)
 	progress := &bytes.Buffer{}
 	m := &Manager{Store: store, Binary: "/fake/airlock", Progress: progress, Kernel: h, host: h,
-		LoadCA: func(string) ([]byte, error) { return testCAPEM, nil }}
+		LoadCA: func(string, bool) ([]byte, error) { return testCAPEM, nil }}
 	return m, h, progress
 }
 
@@ -203,7 +203,7 @@ func TestCreateFailureAtEveryStepLeavesNothing(t *testing.T) {
 		{"veth half-built", "veth", "injected", func(m *Manager, h *fakeHost, o *CreateOptions) { h.failAfter["WireLink"] = boom }},
 		{"cgroup half-built", "cgroup", "injected", func(m *Manager, h *fakeHost, o *CreateOptions) { h.failAfter["CreateCgroup"] = boom }},
 		{"files: CA", "files", "load the sidecar CA", func(m *Manager, h *fakeHost, o *CreateOptions) {
-			m.LoadCA = func(string) ([]byte, error) { return nil, boom }
+			m.LoadCA = func(string, bool) ([]byte, error) { return nil, boom }
 		}},
 		{"files: roots", "files", "SSL_CERT_FILE", func(m *Manager, h *fakeHost, o *CreateOptions) {
 			o.Env = []string{"SSL_CERT_FILE=/nonexistent/roots.pem"}
@@ -441,8 +441,9 @@ func TestNetworkNoneHoldsNoLink(t *testing.T) {
 }
 
 // TestOnceProcessCreatesBesideTheSidecar: a container made with its one command is created by
-// the runtime before the sidecar starts (the two overlap), waited for after the kernel step,
-// and started only by StartOnce; a failure after the create undoes it.
+// the runtime before the files and the sidecar's start (they overlap), the rest of its /etc
+// written while it runs, waited for after the kernel step, and started only by StartOnce; a
+// failure after the create undoes it.
 func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	m, h, progress := newTestManager(t)
 	o := testOptions(t, "once")
@@ -457,7 +458,7 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 			names = append(names, g[1])
 		}
 	}
-	if want := []string{"netns", "veth", "cgroup", "files", "container", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
+	if want := []string{"netns", "veth", "cgroup", "container", "files", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
 		t.Errorf("progress steps %v, want %v:\n%s", names, want, progress)
 	}
 	select {
@@ -469,6 +470,9 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	create, sidecar := slices.Index(calls, "CreateContainer"), slices.Index(calls, "start run")
 	if create < 0 || sidecar < 0 || create > sidecar || slices.Contains(calls, "StartContainer") || slices.Contains(calls, "RunContainer") {
 		t.Errorf("calls %v: want CreateContainer before the sidecar starts, and no start yet", calls)
+	}
+	if etc := slices.Index(calls, "WriteBundleEtc"); etc < create || etc > sidecar {
+		t.Errorf("calls %v: want the rest of the bundle's /etc written after CreateContainer, before the sidecar starts", calls)
 	}
 	if sup := slices.Index(calls, "Supervise"); sup < sidecar || st.SupervisorPid != os.Getpid() || !st.SupervisorInProcess || slices.Contains(calls, "start sandbox") {
 		t.Errorf("calls %v, supervisor pid %d (in process %v): want the sidecar supervised by this process after it started, and that recorded", calls, st.SupervisorPid, st.SupervisorInProcess)
@@ -526,5 +530,58 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 	wantClean(t, m, h, "once")
 	if _, err := m.StartOnce("once"); err == nil {
 		t.Error("StartOnce of a sandbox that is gone succeeded")
+	}
+}
+
+// An ephemeral sandbox's state file is renamed into place but not fsynced, so a crash of the
+// host may leave it empty: List says so and how to fix it, and Reap removes it (and the
+// sandbox's directory) without touching a healthy sandbox.
+func TestReapRemovesStateFileACrashLeftEmpty(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	if _, err := m.Create(context.Background(), testOptions(t, "kept")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(m.Store.SandboxDir("torn"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Store.path("torn"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Store.List(); err == nil || !strings.Contains(err.Error(), "sandbox reap") {
+		t.Errorf("List with an empty state file: %v; want an error naming `sandbox reap`", err)
+	}
+	res, err := m.Reap(context.Background(), time.Hour)
+	if err != nil {
+		t.Fatalf("Reap: %v", err)
+	}
+	if len(res) != 1 || res[0].Name != "torn" || res[0].Err != nil || !strings.Contains(res[0].Reason, "empty state file") {
+		t.Errorf("Reap = %+v; want the empty state file alone", res)
+	}
+	if _, err := os.Stat(m.Store.SandboxDir("torn")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the torn sandbox's directory is still there (stat: %v)", err)
+	}
+	if states, err := m.Store.List(); err != nil || len(states) != 1 || states[0].Name != "kept" {
+		t.Errorf("after reap: %v, %v; want the healthy sandbox alone", states, err)
+	}
+}
+
+// Only a sandbox made for one command (exec --ephemeral) gets its CA written without fsync.
+func TestEphemeralCAIsNotDurable(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	durable := map[string]bool{}
+	m.LoadCA = func(dir string, d bool) ([]byte, error) {
+		durable[filepath.Base(filepath.Dir(dir))] = d
+		return testCAPEM, nil
+	}
+	if _, err := m.Create(context.Background(), testOptions(t, "long")); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(t, "once")
+	o.Once = true
+	if _, err := m.Create(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if !durable["long"] || durable["once"] {
+		t.Errorf("LoadCA durable = %v; want true for a sandbox that outlives its command, false for exec --ephemeral's", durable)
 	}
 }

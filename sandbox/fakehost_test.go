@@ -307,6 +307,10 @@ func (h *fakeHost) ReleaseIDRange(claim string) error {
 	return h.op("ReleaseIDRange", func() error { return h.remove("idclaim " + claim) })
 }
 
+func (h *fakeHost) WriteBundleEtc(st *State) error {
+	return h.op("WriteBundleEtc", func() error { return nil })
+}
+
 func (h *fakeHost) WriteBundle(st *State) error {
 	return h.op("WriteBundle", func() error { h.live["bundle "+st.Container.Bundle] = true; return nil })
 }

@@ -30,8 +30,12 @@ type containerOps interface {
 	ClaimIDRange(base uint32, owner string) (start uint32, claim string, err error)
 	// ReleaseIDRange removes a claim; a missing one is not an error.
 	ReleaseIDRange(claim string) error
-	// WriteBundle makes st's disk (--disk) and writes its bundle (rootfs and config.json).
+	// WriteBundle makes st's disk (--disk) and writes its bundle (rootfs and config.json);
+	// with ContainerState.etcAfterCreate, not the part of /etc WriteBundleEtc writes.
 	WriteBundle(st *State) error
+	// WriteBundleEtc writes what WriteBundle left of the bundle's /etc (nothing unless
+	// ContainerState.etcAfterCreate); it needs the sandbox's public files.
+	WriteBundleEtc(st *State) error
 	// RunContainer has the runtime create and start st's container, detached, the runtime
 	// started in the sandbox's network namespace (and cgroups, when airlock places it).
 	RunContainer(st *State, logFile string) error
@@ -152,6 +156,8 @@ func (linuxHost) WriteBundle(st *State) error {
 	}
 	return writeBundle(st)
 }
+
+func (linuxHost) WriteBundleEtc(st *State) error { return writeBundleEtc(st) }
 
 func (linuxHost) RunContainer(st *State, logFile string) error { return runContainer(st, logFile) }
 func (linuxHost) CreateContainer(st *State, op *OnceProcess, logFile string) <-chan error {

@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Image is a container image unpacked in the layer cache, as a sandbox's root filesystem is
 // built from it (create --image).
@@ -34,10 +37,10 @@ type ImageSource interface {
 	// Get reads ref, verifies and unpacks the layers the cache lacks, and pins them for
 	// owner (a sandbox's state file) until Release.
 	Get(ctx context.Context, ref, owner string) (*Image, error)
-	// Release drops owner's pin and removes the layers no other sandbox holds; a missing pin
-	// is not an error.
+	// Release drops owner's pin; the layers stay cached for the next sandbox of the image. A
+	// missing pin is not an error.
 	Release(owner string) error
-	// Prune removes the layers no sandbox pins (pins whose owner is gone hold none) and says
-	// how many.
-	Prune() (int, error)
+	// Prune removes the layers no sandbox pins (pins whose owner is gone hold none) that no
+	// sandbox was created with for unusedFor, and says how many.
+	Prune(unusedFor time.Duration) (int, error)
 }

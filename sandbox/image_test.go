@@ -24,7 +24,7 @@ func (f *fakeImages) Release(owner string) error {
 	return nil
 }
 
-func (f *fakeImages) Prune() (int, error) {
+func (f *fakeImages) Prune(time.Duration) (int, error) {
 	f.prunes++
 	return 1, nil
 }

@@ -41,7 +41,9 @@ type Manager struct {
 	Progress io.Writer
 	// LoadCA loads or creates the TLS interception CA in a sidecar state directory and returns
 	// its certificate (PEM); the sandbox's CA bundle includes it. (cmd passes the proxy's.)
-	LoadCA func(stateDir string) ([]byte, error)
+	// durable is false for a sandbox that lives for one command (State.ephemeral): a new
+	// CA's files need not be fsynced.
+	LoadCA func(stateDir string, durable bool) ([]byte, error)
 	// Kernel is the kernel enforcement's pins, probes and mounts (ebpf.Host,
 	// passed in by cmd/airlock); Create, Delete, Reap, Doctor and ExecInPlace need it.
 	Kernel Kernel
@@ -388,7 +390,7 @@ func (m *Manager) remove(ctx context.Context, st *State) error {
 			m.progressf("  warning: usage of %s not archived: %v", st.Name, err)
 		}
 	}
-	return m.Store.Remove(st.Name)
+	return m.Store.RemoveState(st)
 }
 
 // teardown removes every resource st names: the undos of every create step, in reverse, each
@@ -409,15 +411,19 @@ type ReapResult struct {
 // half-created or half-deleted (a crashed create or delete: the store lock proves nobody is
 // still working on them) and those whose supervisor is gone. It also removes cgroups that no
 // state file names from the cgroup parents this store's sandboxes use, and uid range claims
-// whose sandbox's state file is gone, and image layers no sandbox pins.
+// whose sandbox's state file is gone, image layers no sandbox pins, and state files a crash
+// of the host left empty (an ephemeral sandbox's, never fsynced: see State.ephemeral).
 func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResult, error) {
 	unlock, err := m.Store.Lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	states, listErr := m.Store.List()
 	var out []ReapResult
+	for _, name := range m.Store.EmptyStates() {
+		out = append(out, ReapResult{Name: name, Reason: "empty state file (a crash of the host left it; what the sandbox had in the kernel ended with it)", Err: m.Store.Remove(name)})
+	}
+	states, listErr := m.Store.List()
 	for _, st := range states {
 		if reason := m.reapReason(st, olderThan); reason != "" {
 			out = append(out, ReapResult{Name: st.Name, Reason: reason, Err: m.remove(ctx, st)})
@@ -428,8 +434,8 @@ func (m *Manager) Reap(ctx context.Context, olderThan time.Duration) ([]ReapResu
 		out = append(out, ReapResult{Name: filepath.Base(claim), Reason: "uid range claim " + claim + " without a state file", Err: m.ops().ReleaseIDRange(claim)})
 	}
 	if m.Images != nil { // layers only sandboxes whose state file is gone held
-		if n, err := m.Images.Prune(); n > 0 || err != nil {
-			out = append(out, ReapResult{Name: "images", Reason: fmt.Sprintf("%d image layers no sandbox uses", n), Err: err})
+		if n, err := m.Images.Prune(olderThan); n > 0 || err != nil {
+			out = append(out, ReapResult{Name: "images", Reason: fmt.Sprintf("%d image layers no sandbox uses or was created with for %s", n, olderThan), Err: err})
 		}
 	}
 	return out, listErr

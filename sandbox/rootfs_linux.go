@@ -49,7 +49,10 @@ func writeBundle(st *State) error {
 	if c.Image != nil {
 		err = writeImageBundle(st)
 	} else if view, err = layoutRootfs(rootfs, c); err == nil {
-		err = writeEtc(st, filepath.Join(rootfs, "etc"))
+		err = writeEtcUsers(st, filepath.Join(rootfs, "etc"))
+		if err == nil && !c.etcAfterCreate() {
+			err = writeEtcRest(st, filepath.Join(rootfs, "etc"))
+		}
 	}
 	if err != nil {
 		return err
@@ -144,19 +147,45 @@ func replaceSymlink(target, link string) error {
 	return nil
 }
 
-// writeEtc fills the sandbox's /etc: the allowlisted host files, generated passwd, group,
-// hosts, hostname and resolv.conf, and airlock's env file and CA bundle.
-func writeEtc(st *State, etc string) error {
+// The sandbox's /etc (of the host's view) is written in two parts: writeEtcUsers, what the
+// runtime's create reads (runc's init looks the process's user up in passwd and group), and
+// writeEtcRest, what only the sandbox's processes read: the allowlisted host files, generated
+// hosts, hostname and resolv.conf, and airlock's env file and CA bundle. A container made with
+// its one command gets the rest while the runtime creates it (ContainerState.etcAfterCreate).
+
+// writeEtcUsers writes the generated passwd and group, and the mtab link.
+func writeEtcUsers(st *State, etc string) error {
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", etc, err)
+	}
+	passwd, group := etcUsers(st)
+	for name, content := range map[string]string{"passwd": passwd, "group": group} {
+		if err := writeFileReplace(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return replaceSymlink("/proc/self/mounts", filepath.Join(etc, "mtab"))
+}
+
+// writeEtcRest writes the rest of the sandbox's /etc: the allowlisted host files and
+// writeAirlockEtc's.
+func writeEtcRest(st *State, etc string) error {
 	for _, name := range etcCopies {
 		if err := copyEtcEntry(filepath.Join("/etc", name), filepath.Join(etc, name)); err != nil {
 			return err
 		}
 	}
-	passwd, group := etcUsers(st)
-	if err := writeAirlockEtc(st, etc, map[string]string{"passwd": passwd, "group": group}); err != nil {
-		return err
+	return writeAirlockEtc(st, etc, nil)
+}
+
+// writeBundleEtc is writeEtcRest for a bundle that writeBundle left it to
+// (ContainerState.etcAfterCreate); for any other bundle it does nothing.
+func writeBundleEtc(st *State) error {
+	c := st.Container
+	if c == nil || !c.etcAfterCreate() {
+		return nil
 	}
-	return replaceSymlink("/proc/self/mounts", filepath.Join(etc, "mtab"))
+	return writeEtcRest(st, filepath.Join(c.Bundle, "rootfs", "etc"))
 }
 
 // etcUsers are the sandbox's /etc/passwd and /etc/group: root, nobody, and each identity

@@ -109,9 +109,15 @@ func prepareRuntime(st *State, logFile string) (*os.File, int64, error) {
 	return logf, start, nil
 }
 
+// runtimeDir and runtimeEnv are where and with what environment the runtime runs: the root
+// directory and only PATH.
+const runtimeDir = "/"
+
+func runtimeEnv() []string { return []string{"PATH=" + defaultPath} }
+
 // runPlaced runs cmd (in / with the runtime's minimal environment) where p says and waits.
 func runPlaced(cmd *exec.Cmd, p placement) error {
-	cmd.Dir, cmd.Env = "/", []string{"PATH=" + defaultPath}
+	cmd.Dir, cmd.Env = runtimeDir, runtimeEnv()
 	err := startPlaced(cmd, p)
 	if err == nil {
 		err = cmd.Wait()
@@ -152,10 +158,18 @@ func createContainer(st *State, op *OnceProcess, logFile string) <-chan error {
 	argv := append(runtimeArgs(c, logArgs...), "create", "--bundle", c.Bundle, "--pid-file", containerPidFile(c), c.ID)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = op.Stdio[0], op.Stdio[1], op.Stdio[2]
-	p := placementOf(st)
+	// Started here, waited for in the background: the runtime's create is what the sandbox
+	// waits for longest, so it starts before the caller goes on to the sidecar's start-up
+	// (a goroutine's thread would first have to be scheduled beside it).
+	cmd.Dir, cmd.Env = runtimeDir, runtimeEnv()
+	if err := startPlaced(cmd, placementOf(st)); err != nil {
+		logf.Close()
+		done <- fmt.Errorf("%s create %s: %w", filepath.Base(c.Runtime), c.ID, err)
+		return done
+	}
 	go func() {
 		defer logf.Close()
-		if err := runPlaced(cmd, p); err != nil {
+		if err := cmd.Wait(); err != nil {
 			done <- fmt.Errorf("%s create %s: %w: %s", filepath.Base(c.Runtime), c.ID, err, logTail(logFile, start))
 			return
 		}

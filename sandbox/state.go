@@ -110,6 +110,14 @@ func (s *State) runtimeLog() string { return filepath.Join(s.Dir, "runtime.log")
 // LogFile collects the supervisor's and the sidecar's output.
 func (s *State) LogFile() string { return filepath.Join(s.Dir, "sidecar.log") }
 
+// ephemeral says s lives for one command (`exec --ephemeral`: ContainerState.Once). Its
+// state file and the sidecar's CA are renamed into place whole, never seen half-written, but
+// not fsynced: a crash of the host ends everything such a sandbox had in the kernel (its
+// namespace, veth, cgroup, container, kernel programs, uid claim: all in memory or on /run),
+// and `reap` removes a state file that a crash left empty (Store.EmptyStates). The fsyncs
+// were most of what its create and delete waited for on a slow disk.
+func (s *State) ephemeral() bool { return s.Container != nil && s.Container.Once }
+
 // AuditLog is the sidecar's audit log (JSON lines).
 func (s *State) AuditLog() string { return filepath.Join(s.Dir, "audit.log") }
 
@@ -166,13 +174,15 @@ func (st *Store) path(name string) string { return filepath.Join(st.Dir, name+".
 // SandboxDir is the per-sandbox directory of name.
 func (st *Store) SandboxDir(name string) string { return filepath.Join(st.Dir, name) }
 
-// Save writes s atomically: a temporary file, fsync, rename, fsync of the directory.
+// Save writes s atomically: a temporary file, fsync, rename, fsync of the directory. The
+// state of an ephemeral sandbox (State.ephemeral) is renamed into place whole but not
+// fsynced.
 func (st *Store) Save(s *State) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode state of %s: %w", s.Name, err)
 	}
-	return writeFileAtomic(st.path(s.Name), append(data, '\n'), 0o600)
+	return writeFile(st.path(s.Name), append(data, '\n'), 0o600, !s.ephemeral())
 }
 
 // Load reads the state of name; ErrNotFound when there is none.
@@ -183,6 +193,9 @@ func (st *Store) Load(name string) (*State, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read state of %s: %w", name, err)
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("state file %s is empty: a crash of the host left it (`airlock sandbox reap` removes it)", st.path(name))
 	}
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -218,8 +231,34 @@ func (st *Store) List() ([]*State, error) {
 	return out, errors.Join(errs...)
 }
 
-// Remove deletes the state file and the sandbox directory of name.
-func (st *Store) Remove(name string) error {
+// EmptyStates returns the names of the state files that are empty: only a crash of the host
+// makes one (an ephemeral sandbox's state file was renamed into place but never fsynced;
+// every write is whole), and what that sandbox had in the kernel ended with the crash.
+func (st *Store) EmptyStates() []string {
+	entries, err := os.ReadDir(st.Dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !e.Type().IsRegular() || ValidateName(name) != nil {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.Size() == 0 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Remove deletes the state file and the sandbox directory of name, durably.
+func (st *Store) Remove(name string) error { return st.remove(name, true) }
+
+// RemoveState is Remove for s, durably unless s is ephemeral (State.ephemeral).
+func (st *Store) RemoveState(s *State) error { return st.remove(s.Name, !s.ephemeral()) }
+
+func (st *Store) remove(name string, durable bool) error {
 	errDir := os.RemoveAll(st.SandboxDir(name))
 	errFile := os.Remove(st.path(name))
 	if errors.Is(errFile, fs.ErrNotExist) {
@@ -227,6 +266,9 @@ func (st *Store) Remove(name string) error {
 	}
 	if err := errors.Join(errDir, errFile); err != nil {
 		return fmt.Errorf("remove state of %s: %w", name, err)
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(st.Dir)
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,8 +62,12 @@ func manager(stateDir string, progress io.Writer) (*sandbox.Manager, error) {
 	if err != nil {
 		return nil, cli.Failf("find the airlock executable: %v", err)
 	}
-	loadCA := func(dir string) ([]byte, error) {
-		ca, err := proxy.LoadOrCreateCA(dir, time.Now)
+	loadCA := func(dir string, durable bool) ([]byte, error) {
+		load := proxy.LoadOrCreateCA
+		if !durable {
+			load = proxy.LoadOrCreateCANoSync
+		}
+		ca, err := load(dir, time.Now)
 		if err != nil {
 			return nil, err
 		}
@@ -415,6 +420,11 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 	var progress io.Writer
 	if *ephemeral {
 		progress = stderr
+		if _, set := os.LookupEnv("GOGC"); !set {
+			// The sidecar this process runs (runHere) sets it anyway; set first, it spares
+			// the creation the collection its first few megabytes would cost.
+			debug.SetGCPercent(defaultGCPercent)
+		}
 	}
 	m, err := manager(c.stateDir, progress)
 	if err != nil {
@@ -743,7 +753,8 @@ func sandboxReap(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("sandbox reap", "airlock sandbox reap --older-than DURATION", `
 Remove sandboxes created longer ago than --older-than, and orphaned ones of any age: those a
 crashed create or delete left half-built, those whose supervisor is gone, and cgroups under
-the sandboxes' cgroup parent that no state file names. Run it from cron or a systemd timer.`, stderr)
+the sandboxes' cgroup parent that no state file names; and the cached image layers no sandbox
+holds that no create used for --older-than. Run it from cron or a systemd timer.`, stderr)
 	stateDir := fs.String("state-dir", cli.DefaultStateDir(), "state directory")
 	olderThan := fs.Duration("older-than", 0, "remove sandboxes older than this (e.g. 10m, 24h); required")
 	rest, err := fs.ParseArgs(args, stdout, true)

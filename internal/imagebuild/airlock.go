@@ -21,17 +21,29 @@ const (
 	NonRootUID     = 65532
 )
 
+// The commands airlock's image holds (relative to the repository root).
+const (
+	AirlockPackage     = "./cmd/airlock"
+	AirlockKubePackage = "./cmd/airlock-kube"
+)
+
 // AirlockSpec describes airlock's image: the static airlock binaries built from the repository
 // at root (cmd/airlock, the sidecar, and cmd/airlock-kube), the pinned CA bundle, and a non-root user
 // (uid and gid 65532, "nonroot").
 func AirlockSpec(root, arch string, created time.Time) (Spec, error) {
-	bin, err := GoBinary(root, "./cmd/airlock", arch)
+	bins, err := GoBinaries(root, arch, nil, AirlockPackage, AirlockKubePackage)
 	if err != nil {
 		return Spec{}, err
 	}
-	kubeBin, err := GoBinary(root, "./cmd/airlock-kube", arch)
-	if err != nil {
-		return Spec{}, err
+	return AirlockSpecFrom(root, bins, arch, created)
+}
+
+// AirlockSpecFrom is AirlockSpec with the binaries already built (GoBinaries, by package:
+// AirlockPackage and AirlockKubePackage), for a caller that builds more in the same go build.
+func AirlockSpecFrom(root string, bins map[string][]byte, arch string, created time.Time) (Spec, error) {
+	bin, kubeBin := bins[AirlockPackage], bins[AirlockKubePackage]
+	if len(bin) == 0 || len(kubeBin) == 0 {
+		return Spec{}, fmt.Errorf("airlock image: the binaries of %s and %s are both needed", AirlockPackage, AirlockKubePackage)
 	}
 	cas, err := os.ReadFile(filepath.Join(root, CABundleSource))
 	if err != nil {

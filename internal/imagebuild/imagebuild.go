@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -167,23 +168,47 @@ func WriteTarball(img v1.Image, ref, file string) (v1.Hash, error) {
 // symbol tables stripped. The result depends on the sources, the tags, the Go version and the
 // module's dependencies only.
 func GoBinary(dir, pkg, arch string, tags ...string) ([]byte, error) {
-	out, err := os.CreateTemp("", "imagebuild-bin-*")
+	bins, err := GoBinaries(dir, arch, tags, pkg)
 	if err != nil {
-		return nil, fmt.Errorf("create temp file: %w", err)
+		return nil, err
 	}
-	out.Close()
-	defer os.Remove(out.Name())
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-tags="+strings.Join(tags, ","), "-o", out.Name(), pkg)
+	return bins[pkg], nil
+}
+
+// GoBinaries builds the Go packages pkgs as GoBinary builds one, with one go build: the go
+// command loads the module once and links the binaries side by side. It returns each
+// binary's bytes by its package as given. The packages' last path elements (the binaries'
+// names) must differ.
+func GoBinaries(dir, arch string, tags []string, pkgs ...string) (map[string][]byte, error) {
+	out, err := os.MkdirTemp("", "imagebuild-bin-")
+	if err != nil {
+		return nil, fmt.Errorf("create temp directory: %w", err)
+	}
+	defer os.RemoveAll(out)
+	names := map[string]string{}
+	for _, pkg := range pkgs {
+		name := path.Base(pkg)
+		if other, ok := names[name]; ok {
+			return nil, fmt.Errorf("go build %s and %s: both binaries would be named %s", other, pkg, name)
+		}
+		names[name] = pkg
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w -buildid=", "-tags=" + strings.Join(tags, ","), "-o", out + "/"}, pkgs...)
+	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, stderr.String())
+		return nil, fmt.Errorf("go build %s: %w\n%s", strings.Join(pkgs, " "), err, stderr.String())
 	}
-	b, err := os.ReadFile(out.Name())
-	if err != nil {
-		return nil, fmt.Errorf("read built binary: %w", err)
+	bins := map[string][]byte{}
+	for name, pkg := range names {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			return nil, fmt.Errorf("read built binary of %s: %w", pkg, err)
+		}
+		bins[pkg] = b
 	}
-	return b, nil
+	return bins, nil
 }

@@ -197,3 +197,12 @@ func checkStaticBinary(t *testing.T, hdrs map[string]*tar.Header, data map[strin
 		t.Errorf("%s: built from %s, links k8s.io modules: %v; want %s, linking them: %v", path, bi.Path, linksKube, wantPath, kube)
 	}
 }
+
+// TestGoBinariesRefusesOneNameTwice: two packages whose binaries would share a name in the
+// output directory are refused before anything is built, naming both.
+func TestGoBinariesRefusesOneNameTwice(t *testing.T) {
+	_, err := GoBinaries(t.TempDir(), "amd64", nil, "./cmd/airlock", "./other/airlock")
+	if err == nil || !strings.Contains(err.Error(), "./cmd/airlock and ./other/airlock") {
+		t.Fatalf("GoBinaries with two binaries named airlock: %v, want refused naming both", err)
+	}
+}

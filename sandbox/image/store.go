@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
@@ -170,11 +171,17 @@ func (s *Store) writePin(p pin) error {
 // whether it did. Concurrent callers (any process) wait on the layer's lock: one unpacks.
 func (s *Store) ensureLayer(d v1.Hash, l v1.Layer) (bool, error) {
 	name := d.Algorithm + "-" + d.Hex
-	unlock, err := lockFile(filepath.Join(s.Dir, "locks", name), true)
+	lock := filepath.Join(s.Dir, "locks", name)
+	unlock, err := lockFile(lock, true)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
+	// The lock file's modification time is the layer's last use, for Prune.
+	now := time.Now()
+	if err := os.Chtimes(lock, now, now); err != nil {
+		return false, fmt.Errorf("mark layer %s used: %w", name, err)
+	}
 	if _, err := os.Stat(s.layerDir(name)); err == nil {
 		return false, nil
 	}
@@ -235,7 +242,9 @@ func removeStale(tmp, prefix string) error {
 	return nil
 }
 
-// Release drops owner's pin and prunes; see sandbox.ImageSource.
+// Release drops owner's pin; see sandbox.ImageSource. The layers stay for the next sandbox of
+// the image (an `exec --ephemeral --image` per tool call unpacks it once, not every time) until
+// a Prune finds them unused.
 func (s *Store) Release(owner string) error {
 	if s.Dir == "" {
 		return nil
@@ -243,14 +252,14 @@ func (s *Store) Release(owner string) error {
 	if err := os.Remove(s.pinFile(owner)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("release image pin: %w", err)
 	}
-	_, err := s.Prune()
-	return err
+	return nil
 }
 
-// Prune removes the layers no pin holds, and pins whose owner (a state file) is gone, under
-// the cache lock; a layer being unpacked (its lock held) is left alone. It returns how many
-// layers it removed.
-func (s *Store) Prune() (int, error) {
+// Prune removes the layers no pin holds that no sandbox was created with for unusedFor (their
+// last use is their lock file's modification time, set by every Get), and pins whose owner (a
+// state file) is gone, under the cache lock; a layer being unpacked (its lock held) is left
+// alone. It returns how many layers it removed.
+func (s *Store) Prune(unusedFor time.Duration) (int, error) {
 	if _, err := os.Stat(s.Dir); errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -275,7 +284,11 @@ func (s *Store) Prune() (int, error) {
 		if slices.Contains(held, e.Name()) {
 			continue
 		}
-		unlockLayer, err := lockFile(filepath.Join(s.Dir, "locks", e.Name()), false)
+		lock := filepath.Join(s.Dir, "locks", e.Name())
+		if fi, err := os.Stat(lock); err == nil && time.Since(fi.ModTime()) < unusedFor {
+			continue // used lately: kept for the next sandbox of its image
+		}
+		unlockLayer, err := lockFile(lock, false)
 		if err != nil {
 			continue // being unpacked or read: a later prune
 		}

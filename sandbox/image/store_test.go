@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/sandbox"
 	"github.com/airlock-dev/airlock/test/imagetest"
@@ -97,9 +98,10 @@ func TestConcurrentGetsUnpackOnce(t *testing.T) {
 	}
 }
 
-// TestReleasePrunes: a layer stays while a sandbox pins it and goes with the last pin; a pin
-// whose owner is gone holds nothing.
-func TestReleasePrunes(t *testing.T) {
+// TestReleaseThenPrune: a layer stays while a sandbox pins it, and after the last pin too (the
+// next sandbox of the image finds it unpacked), until a prune finds it unused for longer than
+// it is given; a pin whose owner is gone holds nothing.
+func TestReleaseThenPrune(t *testing.T) {
 	privtest.Require(t)
 	ref := imagetest.WriteLayout(t, imagetest.Busybox(t), filepath.Join(t.TempDir(), "layout"))
 	s := &Store{Dir: filepath.Join(t.TempDir(), "images")}
@@ -125,15 +127,37 @@ func TestReleasePrunes(t *testing.T) {
 	if err := s.Release(b); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := s.Prune(time.Hour); err != nil || n != 0 {
+		t.Errorf("Prune(1h) right after the last release = %d, %v; want 0: the layers were used just now", n, err)
+	}
+	for _, l := range img.Layers {
+		if _, err := os.Stat(l); err != nil {
+			t.Errorf("layer %s gone after the last release: %v, want it cached", l, err)
+		}
+	}
+	again, err := s.Get(context.Background(), ref, a)
+	if err != nil || again.Unpacked != 0 {
+		t.Fatalf("Get after the last release: %+v, %v; want the cached layers (0 unpacked)", again, err)
+	}
+	if n, err := s.Prune(0); err != nil || n != 0 {
+		t.Errorf("Prune(0) while a pins the image = %d, %v; want 0", n, err)
+	}
+	if err := s.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Prune(0); err != nil || n != len(img.Layers) {
+		t.Errorf("Prune(0) with no pin = %d, %v; want %d", n, err, len(img.Layers))
+	}
 	for _, l := range img.Layers {
 		if _, err := os.Stat(l); !os.IsNotExist(err) {
-			t.Errorf("layer %s still there with no pin (%v)", l, err)
+			t.Errorf("layer %s still there after the prune (%v)", l, err)
 		}
 	}
 }
 
 // TestTamperedLayerRefused: a layer blob whose content is not the image's (its diff id) is
-// refused and leaves nothing in the cache.
+// refused and leaves nothing of it in the cache (the layers before it, verified, may stay
+// cached like any released layer).
 func TestTamperedLayerRefused(t *testing.T) {
 	privtest.Require(t)
 	img := imagetest.Busybox(t)
@@ -160,9 +184,19 @@ func TestTamperedLayerRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("get: %v, want a digest mismatch", err)
 	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := cfg.RootFS.DiffIDs[1]
 	entries, _ := os.ReadDir(filepath.Join(s.Dir, "layers"))
 	tmp, _ := os.ReadDir(filepath.Join(s.Dir, "tmp"))
-	if len(entries) != 0 || len(tmp) != 0 {
-		t.Errorf("cache holds %d layers and %d tmp entries after a refused image, want none", len(entries), len(tmp))
+	for _, e := range entries {
+		if e.Name() == tampered.Algorithm+"-"+tampered.Hex {
+			t.Errorf("the refused layer %s is in the cache", e.Name())
+		}
+	}
+	if len(entries) > 1 || len(tmp) != 0 {
+		t.Errorf("cache holds %d layers and %d tmp entries after a refused image, want at most the verified first layer and no tmp entry", len(entries), len(tmp))
 	}
 }

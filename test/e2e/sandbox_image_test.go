@@ -73,8 +73,9 @@ func (e *sbEnv) serveTLS(t *testing.T, addr string, h http.Handler) {
 // image's owners (idmapped layers), its whiteouts, its config (working directory, env under
 // airlock's env file), airlock's resolv.conf and env file read-only over the image's; it
 // writes its own upper layer, which another sandbox of the image does not see; files it
-// writes to an rw mount are its mapped uid's on the host; deleting the last sandbox prunes
-// the layers.
+// writes to an rw mount are its mapped uid's on the host; the layers stay cached after the
+// last sandbox of the image is deleted (the next one unpacks nothing), and reap removes them
+// once unused for --older-than.
 func TestSandboxImageBusybox(t *testing.T) {
 	e := newSandboxEnv(t)
 	ref := imagetest.WriteLayout(t, imagetest.Busybox(t), filepath.Join(t.TempDir(), "busybox"))
@@ -120,8 +121,23 @@ func TestSandboxImageBusybox(t *testing.T) {
 			t.Errorf("after delete %s: %v left", n, left)
 		}
 	}
+	if n := countEntries(t, layers); n != 2 {
+		t.Errorf("layer cache holds %d layers after the last sandbox of the image is gone, want 2 (cached for the next)", n)
+	}
+	if out := e.createImage(t, a, ref); !strings.Contains(out, "0 unpacked now") {
+		t.Errorf("a new sandbox of the image after the last one was deleted: want its layers from the cache (0 unpacked now):\n%s", out)
+	}
+	if r := e.run(t, nil, nil, "sandbox", "delete", "--state-dir", e.stateDir, a); r.Code != 0 {
+		t.Fatalf("delete %s: %s", a, r)
+	}
+	if r := e.run(t, nil, nil, "sandbox", "reap", "--state-dir", e.stateDir, "--older-than", "1h"); r.Code != 0 || countEntries(t, layers) != 2 {
+		t.Errorf("reap --older-than 1h: %s; %d layers left, want 2 (used minutes ago)", r, countEntries(t, layers))
+	}
+	if r := e.run(t, nil, nil, "sandbox", "reap", "--state-dir", e.stateDir, "--older-than", "0s"); r.Code != 0 || !strings.Contains(r.Stdout, "image layers") {
+		t.Errorf("reap --older-than 0s: %s, want the image layers reaped", r)
+	}
 	if n := countEntries(t, layers); n != 0 {
-		t.Errorf("layer cache holds %d layers after the last sandbox of the image is gone, want 0 (pruned)", n)
+		t.Errorf("layer cache holds %d layers after reap --older-than 0s with no sandbox of the image, want 0", n)
 	}
 }
 

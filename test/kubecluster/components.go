@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 func (c *Cluster) startControlPlane(ctx context.Context) error {
@@ -30,10 +29,12 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--kubelet-preferred-address-types=InternalIP", "--profiling=false", "--v=1"); err != nil {
 		return err
 	}
-	if err := c.poll(ctx, "the API server", apiTimeout, func() bool {
-		out, err := c.Kubectl(ctx, "get", "--raw", "/readyz")
-		return err == nil && strings.TrimSpace(out) == "ok"
-	}); err != nil {
+	client, err := c.apiClient()
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	if err := c.poll(ctx, "the API server", apiTimeout, func() bool { return apiReady(ctx, client) }); err != nil {
 		return err
 	}
 	if err := c.start("kube-controller-manager", nil, c.Bins.Path("kube-controller-manager"),
@@ -78,13 +79,14 @@ func (c *Cluster) startNode(ctx context.Context) error {
 	if err := c.start("kube-proxy", nil, c.Bins.Path("kube-proxy"), "--config="+c.path("kube-proxy.yaml"), "--v=1"); err != nil {
 		return err
 	}
-	return c.poll(ctx, "node Ready", nodeTimeout, func() bool {
-		out, err := c.Kubectl(ctx, "get", "node", NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if err != nil || strings.TrimSpace(out) != "True" {
-			return false
-		}
-		// Pods need the default ServiceAccount (the controller-manager makes it).
-		_, err = c.Kubectl(ctx, "-n", "default", "get", "serviceaccount", "default")
+	ctx, cancel := context.WithTimeout(ctx, nodeTimeout)
+	defer cancel()
+	if err := c.wait(ctx, "node Ready", nodeTimeout, "node/"+NodeName, "--for=condition=Ready"); err != nil {
+		return err
+	}
+	// Pods need the default ServiceAccount (the controller-manager makes it).
+	return c.poll(ctx, "the default ServiceAccount", nodeTimeout, func() bool {
+		_, err := c.Kubectl(ctx, "-n", "default", "get", "serviceaccount", "default")
 		return err == nil
 	})
 }

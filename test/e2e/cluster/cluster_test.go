@@ -72,6 +72,7 @@ func (u *upstream) count() int {
 }
 
 func TestAirlockOnARealCluster(t *testing.T) {
+	t.Parallel() // beside the other clusters (allowClusterTestsInParallel)
 	bins := kubecluster.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

@@ -52,6 +52,7 @@ type evidence struct {
 // range after it named as not shipped; a pod annotated for Vault Transit signing has its
 // trail signed by Vault and verified with the keys read from Vault.
 func TestEvidenceOnARealCluster(t *testing.T) {
+	t.Parallel() // beside the other clusters (allowClusterTestsInParallel)
 	bins := kubecluster.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

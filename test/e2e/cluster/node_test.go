@@ -27,6 +27,7 @@ const (
 // Security "restricted": admitted, Ready, enforced by the node agent, and closed whatever
 // dies.
 func TestNodeAgentOnARealCluster(t *testing.T) {
+	t.Parallel() // beside the other clusters (allowClusterTestsInParallel)
 	bins := kubecluster.Require(t)
 	if !kernelEnforced {
 		t.Fatal("kernelEnforced is false: the webhook would inject development sidecars")
