@@ -108,3 +108,39 @@ func FuzzNormalizePath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPathShortcuts holds the shortcuts of percentDecode and removeDotSegments (a path
+// returned as it is) to the full work on the same path.
+func FuzzPathShortcuts(f *testing.F) {
+	for _, s := range []string{"/", "/a/b", "/a/../b", "/a/.;/b", "/a//b", "/a%2e/b", "/a\\b", "/a\x00b", "/.x", "/a."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if s == "" || s[0] != '/' {
+			return
+		}
+		got, gotReason := percentDecode(s)
+		want, wantReason := decodeEscapes(s)
+		if got != want || gotReason != wantReason {
+			t.Fatalf("percentDecode(%q) = %q, %q; the full decoding gives %q, %q", s, got, gotReason, want, wantReason)
+		}
+		got, gotReason = removeDotSegments(s)
+		want, wantReason = resolveDotSegments(s)
+		if got != want || gotReason != wantReason {
+			t.Fatalf("removeDotSegments(%q) = %q, %q; the full work gives %q, %q", s, got, gotReason, want, wantReason)
+		}
+	})
+}
+
+// FuzzOverrideNameShortcut holds isOverrideName's shortcut (no "method" in the name: none)
+// to normalising every name.
+func FuzzOverrideNameShortcut(f *testing.F) {
+	for _, s := range []string{"X-HTTP-Method-Override", "Accept", "_METHOD[]", "x.method override", "\u212aMethod", "X-Méthod", "meth-od"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if got, want := isOverrideName(name), isNormalisedOverride(normaliseOverrideName(name)); got != want {
+			t.Fatalf("isOverrideName(%q) = %v; normalising it says %v", name, got, want)
+		}
+	})
+}

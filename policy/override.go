@@ -31,9 +31,34 @@ func normaliseOverrideName(name string) string {
 	return strings.TrimRight(n, "_")
 }
 
-// isOverrideName reports whether a normalised name is a method override.
+// isOverrideName reports whether a name is a method override once normalised. Every
+// override name holds "method", and normalising never makes those letters (no other rune
+// lower-cases to them), so a name without them in any case is none: most header names of a
+// request are decided without normalising them (two allocations each).
 func isOverrideName(name string) bool {
-	n := normaliseOverrideName(name)
+	if !containsMethodFold(name) {
+		return false
+	}
+	return isNormalisedOverride(normaliseOverrideName(name))
+}
+
+// containsMethodFold reports whether s holds "method" in any ASCII case.
+func containsMethodFold(s string) bool {
+	const word = "method"
+	for i := 0; i+len(word) <= len(s); i++ {
+		j := 0
+		for j < len(word) && s[i+j]|0x20 == word[j] {
+			j++
+		}
+		if j == len(word) {
+			return true
+		}
+	}
+	return false
+}
+
+// isNormalisedOverride reports whether a normalised name is a method override.
+func isNormalisedOverride(n string) bool {
 	for _, o := range overrideNames {
 		if n == o {
 			return true

@@ -64,6 +64,14 @@ func normalizePath(raw string) (string, string, Reason) {
 // percentDecode decodes %XX escapes once and rejects control bytes and backslashes, raw or
 // decoded.
 func percentDecode(p string) (string, string) {
+	if plainPath(p) {
+		return p, "" // nothing to decode or refuse: the common case, without a copy
+	}
+	return decodeEscapes(p)
+}
+
+// decodeEscapes is percentDecode's work on a path that is not plain.
+func decodeEscapes(p string) (string, string) {
 	var b strings.Builder
 	b.Grow(len(p))
 	for i := 0; i < len(p); i++ {
@@ -86,6 +94,17 @@ func percentDecode(p string) (string, string) {
 	return b.String(), ""
 }
 
+// plainPath reports whether p holds no escape, control byte or backslash (percentDecode
+// returns it as it is).
+func plainPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == '%' || c < 0x20 || c == 0x7f || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
@@ -103,6 +122,14 @@ func unhex(c byte) byte {
 // removeDotSegments applies RFC 3986 §5.2.4 to an absolute path, except that ".." above the
 // root is an error rather than ignored.
 func removeDotSegments(p string) (string, string) {
+	if !strings.Contains(p, "/.") {
+		return p, "" // no segment starts with ".": nothing to remove or refuse
+	}
+	return resolveDotSegments(p)
+}
+
+// resolveDotSegments is removeDotSegments' work on a path with a segment starting with ".".
+func resolveDotSegments(p string) (string, string) {
 	segs := strings.Split(p[1:], "/")
 	hasDotDot, hasEmpty := false, false
 	for i, s := range segs {

@@ -56,10 +56,12 @@ type h1Conn struct {
 	client   string
 	absolute bool   // the explicit listener: absolute-form http:// targets
 	scheme   string // inside a tunnel: the scheme of its requests
-	tunnel   *tunnel
-	up       *h1Upstream // the upstream of the connection's current origin
-	idle     atomic.Bool // waiting for a request head to start
-	draining atomic.Bool // Shutdown asked for no more requests
+	// authority is the tunnel's host:port (tunnel.authority), made once for its requests.
+	authority string
+	tunnel    *tunnel
+	up        *h1Upstream // the upstream of the connection's current origin
+	idle      atomic.Bool // waiting for a request head to start
+	draining  atomic.Bool // Shutdown asked for no more requests
 	// armed says the idle deadline nextHead set on conn is still there: a request whose
 	// head came whole with its first read leaves it (one deadline call per request instead
 	// of three), and it is cleared (disarm) before anything else reads conn: a body, the
@@ -204,7 +206,7 @@ func (c *h1Conn) request(h h1Request) (*http.Request, *trackedBody, error) {
 		ContentLength: h.bodyLen, Body: http.NoBody}
 	o := &origin{client: c.client, hostHeader: h.host, headKnown: true, tunnel: c.tunnel, path: pathStrict}
 	if c.tunnel != nil {
-		u.Scheme, u.Host = c.scheme, c.tunnel.authority()
+		u.Scheme, u.Host = c.scheme, c.authority
 		o.ups = c.tunnel.ups
 		o.h1 = c.upstream(u.Host, func() *h1Upstream { return c.p.tunnelUpstream(c.tunnel, c.scheme) })
 	} else {
@@ -295,9 +297,7 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 	}
 	_ = resp.Header.WriteSubset(w, excluded)
 	if _, ok := resp.Header["Date"]; !ok {
-		w.WriteString("Date: ")
-		w.Write(time.Now().UTC().AppendFormat(make([]byte, 0, 32), http.TimeFormat))
-		w.WriteString("\r\n")
+		w.WriteString(dateField())
 	}
 	switch {
 	case chunked:
@@ -314,6 +314,27 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 		return w.Flush() == nil && keep
 	}
 	return c.writeBody(resp, chunked) && keep
+}
+
+// dateLine is a Date field line and the second it names.
+type dateLine struct {
+	sec  int64
+	line string
+}
+
+// lastDate is the Date field line made last: the responses of one second share it.
+var lastDate atomic.Pointer[dateLine]
+
+// dateField returns "Date: <now>\r\n" (as net/http's server writes it), formatted once a
+// second rather than once a response.
+func dateField() string {
+	now := time.Now()
+	if d := lastDate.Load(); d != nil && d.sec == now.Unix() {
+		return d.line
+	}
+	d := &dateLine{sec: now.Unix(), line: "Date: " + now.UTC().Format(http.TimeFormat) + "\r\n"}
+	lastDate.Store(d)
+	return d.line
 }
 
 // writeTrailerNames announces the trailers known before the body.

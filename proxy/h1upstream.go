@@ -169,7 +169,10 @@ func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, err
 	// Not the *bufio.Writer itself: Request.Write would flush it after every chunk of a
 	// chunked body (one write per chunk); connReader.onBlock flushes when the client's
 	// bytes run out instead.
-	err := r.Write(unflushed{u.out})
+	var err error
+	if !writeBodylessHead(u.out, r) {
+		err = r.Write(unflushed{u.out})
+	}
 	if err == nil {
 		err = u.out.Flush()
 	}
@@ -231,6 +234,66 @@ func validHeader(h http.Header) error {
 	return nil
 }
 
+// requestExcluded are the fields Request.Write writes itself or leaves out
+// (net/http's reqWriteExcludeHeader).
+var requestExcluded = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true,
+	"Transfer-Encoding": true, "Trailer": true}
+
+// writeBodylessHead writes r as Request.Write would when r is a GET or HEAD without a body,
+// trailer or Connection: close, to an ASCII host without a zone: the bytes are the same
+// (TestWriteBodylessHeadSameAsRequestWrite), without the transfer writer, the formatting and
+// their allocations of every request. It reports false, having written nothing, for any
+// other request: Request.Write writes those.
+func writeBodylessHead(w *bufio.Writer, r *http.Request) bool {
+	if (r.Method != http.MethodGet && r.Method != http.MethodHead) || (r.Body != nil && r.Body != http.NoBody) ||
+		r.ContentLength != 0 || r.Close || r.Trailer != nil || r.TransferEncoding != nil || r.URL == nil || r.URL.Opaque != "" {
+		return false
+	}
+	host := r.Host
+	if host == "" {
+		host = r.URL.Host
+	}
+	if !plainASCII(host) || strings.IndexByte(host, '%') >= 0 || !httpguts.ValidHostHeader(host) {
+		return false
+	}
+	uri := r.URL.RequestURI()
+	if !plainASCII(uri) {
+		return false
+	}
+	ua := "Go-http-client/1.1" // net/http's default
+	if _, ok := r.Header["User-Agent"]; ok {
+		ua = strings.Trim(headerNewlineToSpace.Replace(r.Header.Get("User-Agent")), " \t\r\n")
+	}
+	w.WriteString(r.Method)
+	w.WriteByte(' ')
+	w.WriteString(uri)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	if ua != "" {
+		w.WriteString("User-Agent: ")
+		w.WriteString(ua)
+		w.WriteString("\r\n")
+	}
+	_ = r.Header.WriteSubset(w, requestExcluded) // a failure shows in the flush
+	w.WriteString("\r\n")
+	return true
+}
+
+// headerNewlineToSpace is net/http's replacement of CR and LF in a User-Agent.
+var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+// plainASCII reports whether s holds printable ASCII only (no control byte, no byte above
+// 0x7e): what Request.Write takes as it is.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // unflushed hides a *bufio.Writer's type from Request.Write (see exchange). It has no
 // ReadFrom on purpose: bufio.Writer.ReadFrom reads the body into the writer's own buffer,
 // and connReader.onBlock flushing that buffer in the middle of the read would corrupt it;
@@ -250,7 +313,7 @@ func isStale(err error) bool {
 // response builds the http.Response of head h, with a body framed as RFC 9112 section 6.3
 // says.
 func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
-	resp := &http.Response{Status: strconv.Itoa(h.status) + " " + http.StatusText(h.status), StatusCode: h.status,
+	resp := &http.Response{Status: statusString(h.status), StatusCode: h.status,
 		Proto: h.proto, ProtoMajor: 1, ProtoMinor: 1, Header: h.header, ContentLength: h.cl, Request: r,
 		Close: h.close || r.Close}
 	if h.proto == "HTTP/1.0" {
@@ -288,6 +351,26 @@ func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
 	}
 	resp.Body = b
 	return resp
+}
+
+// statusStrings are http.Response.Status of the codes net/http names, made once.
+var statusStrings = func() map[int]string {
+	m := make(map[int]string)
+	for code := 100; code < 600; code++ {
+		if text := http.StatusText(code); text != "" {
+			m[code] = strconv.Itoa(code) + " " + text
+		}
+	}
+	return m
+}()
+
+// statusString is http.Response.Status for code ("999 " for a code without a name, as
+// net/http's client makes it).
+func statusString(code int) string {
+	if s, ok := statusStrings[code]; ok {
+		return s
+	}
+	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 
 type eofReader struct{}

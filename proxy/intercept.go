@@ -101,7 +101,7 @@ func (p *Proxy) serveInner(t *tunnel, conn net.Conn, scheme string) {
 	}
 	if !p.cfg.DisableHTTP1FastPath {
 		c := p.newH1Conn(conn, nil, t.client)
-		c.tunnel, c.scheme = t, scheme
+		c.tunnel, c.scheme, c.authority = t, scheme, t.authority()
 		handOff, rest := c.serve()
 		if !handOff {
 			_ = conn.Close()

@@ -30,7 +30,14 @@ type metrics struct {
 	// durations holds duration's series of each kind seen (string -> prometheus.Observer),
 	// looked up once rather than per request; a series still appears at its first use.
 	durations sync.Map
+	// series holds requests' series of each label tuple seen (requestLabels ->
+	// prometheus.Counter): WithLabelValues validates and hashes its four labels under a lock
+	// on every call. The tuples are as bounded as the series themselves (rules, identities).
+	series sync.Map
 }
+
+// requestLabels are the labels of one series of requests.
+type requestLabels struct{ kind, decision, rule, identity string }
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -104,7 +111,12 @@ func (m *metrics) register(r prometheus.Registerer) error {
 
 // observe counts one finished request or tunnel of identity.
 func (m *metrics) observe(kind, decision, rule, identity string, d time.Duration) {
-	m.requests.WithLabelValues(kind, decision, rule, identity).Inc()
+	key := requestLabels{kind, decision, rule, identity}
+	c, ok := m.series.Load(key)
+	if !ok {
+		c, _ = m.series.LoadOrStore(key, m.requests.WithLabelValues(kind, decision, rule, identity))
+	}
+	c.(prometheus.Counter).Inc()
 	o, ok := m.durations.Load(kind)
 	if !ok {
 		o, _ = m.durations.LoadOrStore(kind, m.duration.WithLabelValues(kind))
