@@ -137,7 +137,8 @@ func (m *Manager) stepsFor(c *creation) []createStep {
 		}
 		return fmt.Sprintf("the command waits for the sandbox to start it; supervised by this process (%d)", c.st.SupervisorPid), nil
 	}, nil, "", false}
-	return []createStep{byName["netns"], byName["veth"], byName["cgroup"], first, second,
+	// The veth only the sidecar needs (the runtime joins the namespace): after the create.
+	return []createStep{byName["netns"], byName["cgroup"], first, byName["veth"], second,
 		byName["sidecar"], byName["kernel"], created}
 }
 

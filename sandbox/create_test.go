@@ -458,7 +458,7 @@ func TestOnceProcessCreatesBesideTheSidecar(t *testing.T) {
 			names = append(names, g[1])
 		}
 	}
-	if want := []string{"netns", "veth", "cgroup", "container", "files", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
+	if want := []string{"netns", "cgroup", "container", "veth", "files", "sidecar", "kernel", "created"}; !slices.Equal(names, want) {
 		t.Errorf("progress steps %v, want %v:\n%s", names, want, progress)
 	}
 	select {
