@@ -181,10 +181,10 @@ func resolveRuntime(name string) (string, error) {
 const bundleRoot = "/run/airlock/bundles"
 
 // runtimeStateRoot holds the runtimes' private --root directories, one per state directory
-// and runtime (runtimeRootDir). It is on /run, a tmpfs: what the runtime keeps there (its
-// state.json, written with fsync, and runc's copy of its own binary for each container
-// process it starts) describes processes that a reboot ends anyway, and writing it to the
-// state directory's disk put those writes and fsyncs on the path of every create and exec.
+// and runtime (runtimeRootDir). It is on /run, a tmpfs on most hosts: what the runtime keeps
+// there (its state.json, written with fsync, and runc's copy of its own binary for each
+// container process it starts) describes processes that a reboot ends anyway, so it need not
+// be written to the state directory's disk on the path of every create and exec.
 const runtimeStateRoot = "/run/airlock/runtime"
 
 // runtimeRootDir is the --root of runtime for the sandboxes of the store in storeDir: private
