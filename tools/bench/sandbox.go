@@ -154,8 +154,9 @@ func runSandboxBench(ctx context.Context, e *env, root string) sandboxReport {
 const imageEphemeralTarget = 250 * time.Millisecond
 
 // imageVariant measures sandboxes of the busybox test image (an OCI layout): the first
-// create, which unpacks its layers (that sandbox keeps them pinned until the end, so that
-// every other create is one of a cached image), then the cycles of sandboxCycles.
+// create, which unpacks its layers (that sandbox keeps them pinned until the end: the layers
+// outlive their sandboxes anyway until a reap, the pin makes sure no reap meets them unused),
+// then the cycles of sandboxCycles.
 func imageVariant(airlock func(...string) (time.Duration, error), create []string, root, stateDir string, cycles int) (sandboxVariant, error) {
 	v := sandboxVariant{label: "--image (the busybox test image, an OCI layout, cached)", target: imageEphemeralTarget}
 	var b benchTB
