@@ -132,8 +132,9 @@ func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
 	if cc != nil {
 		u.addr = cc.addr.String()
 	}
+	rw := upstreamIO(c)
 	if u.tlsName != "" {
-		tc := tls.Client(c, &tls.Config{RootCAs: u.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, ServerName: u.tlsName})
+		tc := tls.Client(&ioConn{Conn: c, rw: rw}, &tls.Config{RootCAs: u.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, ServerName: u.tlsName})
 		hctx, cancel := context.WithTimeout(ctx, u.p.cfg.DialTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -141,17 +142,35 @@ func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
 			_ = c.Close()
 			return fmt.Errorf("upstream TLS handshake: %w", err)
 		}
-		c = tc
+		c, rw = tc, tc
 	}
 	u.conn, u.pol, u.usable = c, x.pol, true
-	u.in = newConnReader(c, nil)
+	u.in = newConnReader(rw, nil)
 	if u.out == nil {
-		u.out = bufio.NewWriterSize(c, 16<<10)
+		u.out = bufio.NewWriterSize(rw, 16<<10)
 	} else {
-		u.out.Reset(c)
+		u.out.Reset(rw)
 	}
 	return nil
 }
+
+// upstreamIO is the reader and writer of an upstream connection: rawIO of its socket when it
+// is one the guard checked, else the connection itself.
+func upstreamIO(c net.Conn) io.ReadWriter {
+	if cc, ok := c.(*checkedConn); ok {
+		return rawIO(cc.Conn)
+	}
+	return c
+}
+
+// ioConn is a connection whose Read and Write go through rw (upstreamIO), for crypto/tls.
+type ioConn struct {
+	net.Conn
+	rw io.ReadWriter
+}
+
+func (c *ioConn) Read(p []byte) (int, error)  { return c.rw.Read(p) }
+func (c *ioConn) Write(p []byte) (int, error) { return c.rw.Write(p) }
 
 // exchange writes r and reads the response head, skipping informational responses.
 func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, error) {
@@ -438,6 +457,9 @@ func idleConnAlive(c net.Conn) bool {
 			c = cc.NetConn()
 			continue
 		case *checkedConn:
+			c = cc.Conn
+			continue
+		case *ioConn:
 			c = cc.Conn
 			continue
 		}
