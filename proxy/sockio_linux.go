@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -22,6 +23,21 @@ import (
 type sockIO struct {
 	rc          syscall.RawConn
 	local, peer net.Addr // for errors, as net.Conn's
+
+	// The state of the read and of the write under way, with the functions the poller
+	// calls made once: a closure per call would be an allocation per call. Each mutex
+	// keeps concurrent callers in one direction apart, as net.Conn allows them.
+	rmu    sync.Mutex
+	rbuf   []byte
+	rn     int
+	rerrno syscall.Errno
+	readFn func(fd uintptr) bool
+
+	wmu     sync.Mutex
+	wbuf    []byte
+	wn      int
+	werrno  syscall.Errno
+	writeFn func(fd uintptr) bool
 }
 
 // newSockIO returns a sockIO for c when c is a TCP socket, else nil.
@@ -34,7 +50,9 @@ func newSockIO(c net.Conn) *sockIO {
 	if err != nil {
 		return nil
 	}
-	return &sockIO{rc: rc, local: tc.LocalAddr(), peer: tc.RemoteAddr()}
+	s := &sockIO{rc: rc, local: tc.LocalAddr(), peer: tc.RemoteAddr()}
+	s.readFn, s.writeFn = s.read, s.write
+	return s
 }
 
 // opError wraps err as net.Conn's Read and Write do, so callers see the same errors.
@@ -55,21 +73,12 @@ func (s *sockIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait for readiness
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	s.rmu.Lock()
+	s.rbuf, s.rn, s.rerrno = p, 0, 0
+	err := s.rc.Read(s.readFn)
+	n, errno := s.rn, s.rerrno
+	s.rbuf = nil
+	s.rmu.Unlock()
 	switch {
 	case err != nil:
 		return 0, s.opError("read", err)
@@ -81,29 +90,30 @@ func (s *sockIO) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// read is the poller's function for Read: false waits for readiness.
+func (s *sockIO) read(fd uintptr) bool {
+	p := s.rbuf
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		s.rn, s.rerrno = int(r), e
+		return true
+	}
+}
+
 // Write writes all of p, as net.Conn's Write.
 func (s *sockIO) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := s.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch {
-			case e == 0 && r == 0:
-				errno = syscall.EIO // cannot happen on a socket; as net, no endless loop
-				return true
-			case e == 0:
-				n += int(r)
-			case e == syscall.EINTR:
-			case e == syscall.EAGAIN:
-				return false // wait for room
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	s.wmu.Lock()
+	s.wbuf, s.wn, s.werrno = p, 0, 0
+	err := s.rc.Write(s.writeFn)
+	n, errno := s.wn, s.werrno
+	s.wbuf = nil
+	s.wmu.Unlock()
 	switch {
 	case err != nil:
 		return n, s.opError("write", err)
@@ -111,4 +121,26 @@ func (s *sockIO) Write(p []byte) (int, error) {
 		return n, s.opError("write", os.NewSyscallError("write", errno))
 	}
 	return n, nil
+}
+
+// write is the poller's function for Write: false waits for room.
+func (s *sockIO) write(fd uintptr) bool {
+	p := s.wbuf
+	for s.wn < len(p) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[s.wn])), uintptr(len(p)-s.wn))
+		switch {
+		case e == 0 && r == 0:
+			s.werrno = syscall.EIO // cannot happen on a socket; as net, no endless loop
+			return true
+		case e == 0:
+			s.wn += int(r)
+		case e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return false
+		default:
+			s.werrno = e
+			return true
+		}
+	}
+	return true
 }

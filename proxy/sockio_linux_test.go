@@ -136,3 +136,25 @@ func TestRawIOOnlyForTCP(t *testing.T) {
 		t.Errorf("rawIO of a TCP socket = %T, want *sockIO", rawIO(a))
 	}
 }
+
+// TestSockIONoAllocations: a read and a write allocate nothing (they run per request).
+func TestSockIONoAllocations(t *testing.T) {
+	a, b := tcpPair(t)
+	wa, rb := newSockIO(a), newSockIO(b)
+	msg, buf := []byte("GET / HTTP/1.1\r\n\r\n"), make([]byte, 64)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := wa.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(msg); {
+			n, err := rb.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per write and read, want 0", allocs)
+	}
+}
