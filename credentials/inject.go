@@ -361,7 +361,8 @@ func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Respo
 	if len(codings) == 0 && kind == notGRPC && resp.ContentLength >= 0 && len(resp.Trailer) == 0 {
 		// Identity encoding with a known length: mask (same length) so Content-Length stays
 		// true and the client gets one framed response instead of a chunked one.
-		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().Reader(io.NopCloser(raw)), raw: raw, resp: resp, red: b.red}
+		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().ReaderOfLength(io.NopCloser(raw), resp.ContentLength), raw: raw,
+			resp: resp, red: b.red}
 		return resp, nil
 	}
 	dec, decoded, err := decodeResponse(raw, codings, injected)
