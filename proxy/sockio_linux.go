@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // sockIO reads and writes a TCP socket of the fast path with raw system calls on its
@@ -47,12 +49,23 @@ func newSockIO(c net.Conn) *sockIO {
 		return nil
 	}
 	rc, err := tc.SyscallConn()
-	if err != nil {
+	if err != nil || !nonBlocking(rc) {
 		return nil
 	}
 	s := &sockIO{rc: rc, local: tc.LocalAddr(), peer: tc.RemoteAddr()}
 	s.readFn, s.writeFn = s.read, s.write
 	return s
+}
+
+// nonBlocking reports whether the descriptor is in non-blocking mode (net's sockets always
+// are): a raw call on a blocking one could hold its processor for as long as it waits.
+func nonBlocking(rc syscall.RawConn) bool {
+	flags := 0
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+		return false
+	}
+	return flags&unix.O_NONBLOCK != 0
 }
 
 // opError wraps err as net.Conn's Read and Write do, so callers see the same errors.

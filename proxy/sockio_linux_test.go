@@ -158,3 +158,20 @@ func TestSockIONoAllocations(t *testing.T) {
 		t.Errorf("%.1f allocations per write and read, want 0", allocs)
 	}
 }
+
+// TestSockIONotForBlockingSockets: a socket put in blocking mode gets no sockIO (a raw call
+// would hold its processor while it waits).
+func TestSockIONotForBlockingSockets(t *testing.T) {
+	a, _ := tcpPair(t)
+	rc, err := a.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), false) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	if s := newSockIO(a); s != nil {
+		t.Error("sockIO for a blocking socket")
+	}
+}
