@@ -163,9 +163,20 @@ func TestEachStepUndo(t *testing.T) {
 				// no sidecar runs); the cgroup's undo removes them.
 				wantAfter = append(slices.Clone(before), "pins u")
 				slices.Sort(wantAfter)
+			case "veth":
+				// The pair goes with the namespace, the netns step's undo (undoVeth).
+				wantAfter = made
 			}
 			if got := h.liveSet(); !slices.Equal(got, wantAfter) {
 				t.Errorf("after undo %v, want %v (before the step)", got, wantAfter)
+			}
+			if step.name == "veth" {
+				if _, err := m.undoNetns(context.Background(), c.st); err != nil {
+					t.Fatal(err)
+				}
+				if got := h.liveSet(); len(got) != 0 {
+					t.Errorf("after the netns undo %v, want nothing: the veth goes with its namespace", got)
+				}
 			}
 			if step.name == "files" {
 				if _, err := os.Stat(c.st.PublicDir()); !errors.Is(err, os.ErrNotExist) {
@@ -256,19 +267,19 @@ func TestCreateWarnsWithoutKernelOutsideProduction(t *testing.T) {
 func TestFailedUndoKeepsStateForReap(t *testing.T) {
 	m, h, _ := newTestManager(t)
 	h.failBefore["start run"] = errors.New("injected failure")
-	h.failBefore["DeleteHostVeth"] = errors.New("veth busy")
+	h.failBefore["DeleteNetns"] = errors.New("netns busy")
 	_, err := m.Create(context.Background(), testOptions(t, "r"))
-	if err == nil || !strings.Contains(err.Error(), "sandbox reap") || !strings.Contains(err.Error(), "veth busy") {
+	if err == nil || !strings.Contains(err.Error(), "sandbox reap") || !strings.Contains(err.Error(), "netns busy") {
 		t.Fatalf("Create = %v; want the step's error and the undo's, pointing at reap", err)
 	}
 	st, err := m.Store.Load("r")
 	if err != nil || st.Phase != PhaseCreating {
 		t.Fatalf("state after a failed undo: %+v, %v; want it kept in phase creating", st, err)
 	}
-	if !h.isLive("veth " + st.HostVeth) {
-		t.Errorf("the veth whose removal failed is not live: %v", h.liveSet())
+	if !h.isLive("netns "+st.Netns) || !h.isLive("veth "+st.HostVeth) {
+		t.Errorf("the netns whose removal failed, or the veth that goes with it, is not live: %v", h.liveSet())
 	}
-	delete(h.failBefore, "DeleteHostVeth")
+	delete(h.failBefore, "DeleteNetns")
 	res, err := m.Reap(context.Background(), time.Hour)
 	if err != nil || len(res) != 1 || res[0].Err != nil || !strings.Contains(res[0].Reason, "half-created") {
 		t.Fatalf("Reap = %+v, %v", res, err)

@@ -72,6 +72,10 @@ type networkOps interface {
 	// DeleteHostVeth removes the pair from the namespace whose inode is hostNetns (the current
 	// one, or the supervisor's); a missing link is not an error.
 	DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
+	// ReleaseHostVeth takes the addresses off the host end of the pair (in the namespace
+	// whose inode is hostNetns) and leaves the pair to go with the sandbox's namespace; a
+	// missing link is not an error.
+	ReleaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
 	// WriteNetnsResolvConf writes /etc/netns/netns/resolv.conf (for `ip netns exec`).
 	WriteNetnsResolvConf(netns string, data []byte) error
 	// RemoveNetnsEtc removes /etc/netns/netns; a missing one is not an error.
@@ -124,6 +128,10 @@ func (linuxHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) er
 
 func (linuxHost) DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
 	return deleteHostVeth(hostVeth, hostNetns, supervisorPid)
+}
+
+func (linuxHost) ReleaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
+	return releaseHostVeth(hostVeth, hostNetns, supervisorPid)
 }
 
 func (linuxHost) WriteNetnsResolvConf(netns string, data []byte) error {
