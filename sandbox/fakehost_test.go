@@ -41,7 +41,7 @@ type fakeHost struct {
 	nextPid    int
 	servers    map[int]*http.Server
 	exited     map[int]chan struct{}
-	stopped    []int // the pids StopProcess was asked to stop
+	stopped    []int             // the pids StopProcess was asked to stop
 	vethNetns  map[string]string // the namespace of each veth's peer, by host end
 	released   map[string]string // the veths ReleaseHostVeth left to a namespace, by namespace
 
