@@ -265,7 +265,11 @@ func (m *Manager) reserve(c *creation) error {
 		st.Index, st.HostVeth = -1, ""
 	} else {
 		subnet := netip.MustParsePrefix(st.Subnet)
-		if st.Index, err = allocate(subnet, existing); err != nil {
+		inUse, err := m.ops().AddrsIn(subnet)
+		if err != nil {
+			return err
+		}
+		if st.Index, err = allocate(subnet, existing, inUse); err != nil {
 			return err
 		}
 		c.link = linkAt(subnet, st.Index)

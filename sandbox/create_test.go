@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -594,5 +595,19 @@ func TestEphemeralCAIsNotDurable(t *testing.T) {
 	}
 	if !durable["long"] || durable["once"] {
 		t.Errorf("LoadCA durable = %v; want true for a sandbox that outlives its command, false for exec --ephemeral's", durable)
+	}
+}
+
+// A /30 whose host address is on one of the host's interfaces (another state directory's
+// sandbox, which this store does not list) is skipped: two sidecars never share an address.
+func TestCreateSkipsSubnetsTheHostUses(t *testing.T) {
+	m, h, _ := newTestManager(t)
+	h.hostAddrs = []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.6")}
+	st, err := m.Create(context.Background(), testOptions(t, "o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Index != 2 || st.HostAddr != "198.19.0.9" {
+		t.Errorf("sandbox got /30 %d (host %s); want 2 (198.19.0.9): 0 and 1 hold host addresses", st.Index, st.HostAddr)
 	}
 }

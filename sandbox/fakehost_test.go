@@ -44,6 +44,7 @@ type fakeHost struct {
 	stopped    []int             // the pids StopProcess was asked to stop
 	vethNetns  map[string]string // the namespace of each veth's peer, by host end
 	released   map[string]string // the veths ReleaseHostVeth left to a namespace, by namespace
+	hostAddrs  []netip.Addr      // the addresses of the host's interfaces (AddrsIn)
 
 	// supervised gets the name of each sandbox Supervise starts on (it runs in a goroutine).
 	supervised chan string
@@ -125,6 +126,19 @@ func (h *fakeHost) isLive(res string) bool {
 
 func (h *fakeHost) CurrentNetns() (uint64, error) { return 4026531840, nil }
 func (h *fakeHost) NetnsExists(name string) bool  { return h.isLive("netns " + name) }
+
+// AddrsIn is the host's addresses inside subnet: those of hostAddrs.
+func (h *fakeHost) AddrsIn(subnet netip.Prefix) ([]netip.Addr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var in []netip.Addr
+	for _, a := range h.hostAddrs {
+		if subnet.Contains(a) {
+			in = append(in, a)
+		}
+	}
+	return in, nil
+}
 
 func (h *fakeHost) CreateNetns(name string) error {
 	return h.op("CreateNetns", func() error { return h.create("netns " + name) })

@@ -61,6 +61,8 @@ type networkOps interface {
 	CurrentNetns() (uint64, error)
 	// NetnsExists reports whether /run/netns/name is a mounted namespace.
 	NetnsExists(name string) bool
+	// AddrsIn lists the addresses of this namespace's interfaces inside subnet.
+	AddrsIn(subnet netip.Prefix) ([]netip.Addr, error)
 	// CreateNetns creates and mounts /run/netns/name; it fails if the name exists.
 	CreateNetns(name string) error
 	// DeleteNetns unmounts and removes /run/netns/name; a missing one is not an error.
@@ -119,8 +121,10 @@ var _ hostOps = linuxHost{}
 func (linuxHost) CurrentNetns() (uint64, error) { return currentNetnsInode() }
 func (linuxHost) NetnsExists(name string) bool  { return netnsExists(name) }
 func (linuxHost) CreateNetns(name string) error { return createNetns(name) }
-func (linuxHost) DeleteNetns(name string) error { return deleteNetns(name) }
-func (linuxHost) LoopbackUp(name string) error  { return loopbackUp(name) }
+
+func (linuxHost) AddrsIn(subnet netip.Prefix) ([]netip.Addr, error) { return addrsIn(subnet) }
+func (linuxHost) DeleteNetns(name string) error                     { return deleteNetns(name) }
+func (linuxHost) LoopbackUp(name string) error                      { return loopbackUp(name) }
 
 func (linuxHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error {
 	return wireLink(netns, hostVeth, l, raw)

@@ -231,6 +231,21 @@ func releaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
 	return nil
 }
 
+// addrsIn lists the IPv4 addresses of the current namespace's interfaces inside subnet.
+func addrsIn(subnet netip.Prefix) ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	var in []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && subnet.Contains(ip.Unmap()) {
+			in = append(in, ip.Unmap())
+		}
+	}
+	return in, nil
+}
+
 // hostHandle opens netlink in the host namespace; nil when it is not reachable from here.
 func hostHandle(hostNetns uint64, supervisorPid int) (*netlink.Handle, error) {
 	cur, err := currentNetnsInode()
