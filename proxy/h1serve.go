@@ -287,7 +287,7 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 	chunked := !bodyless && (resp.ContentLength < 0 || len(resp.Trailer) > 0)
 	w := c.out
 	w.WriteString("HTTP/1.1 ")
-	w.WriteString(strconv.Itoa(resp.StatusCode))
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(resp.StatusCode), 10))
 	w.WriteByte(' ')
 	if text := http.StatusText(resp.StatusCode); text != "" {
 		w.WriteString(text)
@@ -308,7 +308,9 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 		w.WriteString("Transfer-Encoding: chunked\r\n")
 		writeTrailerNames(w, resp.Trailer)
 	case !bodyless:
-		w.WriteString("Content-Length: " + strconv.FormatInt(resp.ContentLength, 10) + "\r\n")
+		w.WriteString("Content-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), resp.ContentLength, 10))
+		w.WriteString("\r\n")
 	}
 	if !keep {
 		w.WriteString("Connection: close\r\n")

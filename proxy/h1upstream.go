@@ -360,7 +360,8 @@ func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
 		resp.TransferEncoding = []string{"chunked"}
 		b.r = &chunkedReader{r: u.in, trailer: &resp.Trailer, maxTrailer: u.p.cfg.MaxHeaderBytes}
 	case h.cl >= 0:
-		b.r = &lengthReader{r: u.in, left: h.cl}
+		b.lr = lengthReader{r: u.in, left: h.cl}
+		b.r = &b.lr // one allocation with the body
 		if h.cl == 0 {
 			b.done = true
 		}
@@ -403,6 +404,7 @@ type upstreamBody struct {
 	u    *h1Upstream
 	resp *http.Response
 	r    io.Reader
+	lr   lengthReader // r for a Content-Length body
 	done bool
 	err  error
 }
