@@ -281,7 +281,7 @@ func writeBodylessHead(w *bufio.Writer, r *http.Request) bool {
 	}
 	ua := "Go-http-client/1.1" // net/http's default
 	if _, ok := r.Header["User-Agent"]; ok {
-		ua = strings.Trim(headerNewlineToSpace.Replace(r.Header.Get("User-Agent")), " \t\r\n")
+		ua = r.Header.Get("User-Agent")
 	}
 	w.WriteString(r.Method)
 	w.WriteByte(' ')
@@ -289,9 +289,9 @@ func writeBodylessHead(w *bufio.Writer, r *http.Request) bool {
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(host)
 	w.WriteString("\r\n")
-	if ua != "" {
+	if ua != "" { // as Request.Write: an agent of white space only is written, empty
 		w.WriteString("User-Agent: ")
-		w.WriteString(ua)
+		w.WriteString(strings.Trim(headerNewlineToSpace.Replace(ua), " \t\r\n"))
 		w.WriteString("\r\n")
 	}
 	_ = r.Header.WriteSubset(w, requestExcluded) // a failure shows in the flush
