@@ -128,6 +128,14 @@ const maxSwappers = 64
 
 // swapperKey identifies a set of bound values: names in order, each with its value.
 func swapperKey(values map[string]string) string {
+	switch len(values) {
+	case 0:
+		return ""
+	case 1: // the common case, without sorting: one allocation
+		for n, v := range values {
+			return n + "\x00" + v + "\x00"
+		}
+	}
 	names := slices.Sorted(maps.Keys(values))
 	var k strings.Builder
 	for _, n := range names {
