@@ -7,10 +7,10 @@
 package e2e
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -28,18 +28,25 @@ var build struct {
 	err  error
 }
 
-// airlockBinary returns the binary under test, building ./cmd/airlock (or taking
-// $AIRLOCK_BIN) the first time; it fails t when the binary does not build.
+// airlockBinary returns the binary under test, $AIRLOCK_BIN or ./cmd/airlock built in the cache
+// (cachedBinary) the first time; it fails t when the binary does not build.
 func airlockBinary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
+		if p := os.Getenv(testnet.EnvBinary); p != "" {
+			build.path = p
+			return
+		}
 		build.dir, build.err = os.MkdirTemp("", "airlock-e2e-bin-")
 		if build.err != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		build.path, build.err = testnet.BuildAirlock(ctx, build.dir)
+		var cached string
+		if cached, build.err = cachedBinary("./cmd/airlock"); build.err != nil {
+			return
+		}
+		build.path = filepath.Join(build.dir, "airlock")
+		build.err = linkBinary(cached, build.path)
 	})
 	if build.err != nil {
 		t.Fatalf("airlock binary: %v", build.err)
@@ -77,6 +84,7 @@ func parallelWorld(t *testing.T) {
 func parallelSandbox(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+	prefetchBinaries()
 	takeTurn(t, sandboxTurn)
 }
 
@@ -109,6 +117,7 @@ func TestMain(m *testing.M) {
 	testnet.RunProbeIfRequested()
 	liftParallel()
 	code := m.Run()
+	prefetch.wg.Wait()
 	for _, dir := range []string{build.dir, hostileProbe.dir} {
 		if dir != "" {
 			os.RemoveAll(dir)
