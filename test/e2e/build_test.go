@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,8 +80,12 @@ func buildInCache(pkg string, env []string) (string, error) {
 }
 
 // linkBinary makes dst the cached binary src: a hard link (go build replaces the cached file by
-// a new one, so dst keeps this build), or a copy across filesystems.
+// a new one, so dst keeps this build), or a copy across filesystems. A dst already there is
+// removed first, never written through: it may be a link to src.
 func linkBinary(src, dst string) error {
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if err := os.Link(src, dst); err == nil {
 		return nil
 	}
@@ -88,7 +94,7 @@ func linkBinary(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
 	if err != nil {
 		return err
 	}
@@ -108,7 +114,7 @@ var prefetch struct {
 // prefetchBinaries builds, in the background and once, the programs later tests link (the
 // hostile probe, the MCP server, the demo), so that with a cold cache their links overlap the
 // tests before them instead of lengthening the tests that need them. The parallel sandbox
-// tests start it: not TestSandbox, whose loop counts this process's descriptors (a build's
+// tests start it: not TestSandboxLoop, which counts this process's descriptors (a build's
 // pipes would count).
 func prefetchBinaries() {
 	prefetch.once.Do(func() {
