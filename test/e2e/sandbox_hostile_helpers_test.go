@@ -75,6 +75,22 @@ func runHostileVariants(t *testing.T, rts []string, withImage bool, f func(t *te
 	}
 }
 
+// runHostileSideBySide is runHostile with the runtimes' subtests running at the same time, each
+// in its own sandbox: for a test whose subtests mostly wait on the kernel (fork loops up to a
+// pids cap, page faults up to a memory cap) and would otherwise be the last sandbox test left.
+func runHostileSideBySide(t *testing.T, f func(t *testing.T, h *hostile)) {
+	t.Helper()
+	e := newSandboxEnv(t)
+	dir := buildHostileProbe(t)
+	for _, rt := range hostileRuntimes {
+		t.Run(rt, func(t *testing.T) {
+			privtest.Require(t, rt)
+			t.Parallel()
+			f(t, &hostile{sbEnv: e, rt: rt, probeDir: dir, probe: hostileProbeMount + "/hostileprobe"})
+		})
+	}
+}
+
 // ownRoot marks the attempts names of r, writes into the sandbox's own root filesystem, as
 // "own-root" when the sandbox is of an image: its root is its own overlay, writable by it,
 // and what it writes there must only stay off the host (each test checks the host's paths).
