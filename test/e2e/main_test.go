@@ -57,18 +57,21 @@ func airlockBinary(t testing.TB) string {
 // How the parallel tests share the machine. go test's -parallel (GOMAXPROCS by default, 2
 // here) would hold the local sandbox tests, one after the other, and the world tests to two
 // at a time, and the world tests would start only when the last sandbox test is done. Instead
-// TestMain lifts -parallel (unless it is given) and two turns decide: the sandbox tests
-// (newSandboxEnv) run one at a time, as before, and beside them up to worldSlots world tests
-// (parallelWorld), which mostly wait on timers and on other processes. TestSandbox, which counts
-// this process's descriptors, is not parallel at all (newSandboxEnvAlone): it runs with no
-// other test.
+// TestMain lifts -parallel (unless it is given) and two turns decide: up to sandboxSlots
+// sandbox tests (newSandboxEnv) run at a time, and beside them up to worldSlots world tests
+// (parallelWorld), which mostly wait on timers and on other processes. Sandbox tests do not
+// collide: each has its own world (the sandboxes' veths and /30s live in its sidecar
+// namespace), state directory, cgroup parent and sandbox names (netns, BPF pins), and uid
+// ranges are claimed machine-wide. TestSandboxLoop, which counts this process's descriptors,
+// is not parallel at all (newSandboxEnvAlone): it runs with no other test.
 const (
+	sandboxSlots  = 2
 	worldSlots    = 2
 	parallelLimit = 64 // -parallel when not given: above the number of parallel tests
 )
 
 var (
-	sandboxTurn = make(chan struct{}, 1)
+	sandboxTurn = make(chan struct{}, sandboxSlots)
 	worldTurn   = make(chan struct{}, worldSlots)
 )
 
@@ -80,7 +83,7 @@ func parallelWorld(t *testing.T) {
 	takeTurn(t, worldTurn)
 }
 
-// parallelSandbox makes t parallel and waits until no other sandbox test runs.
+// parallelSandbox makes t parallel and waits for one of the sandbox tests' slots.
 func parallelSandbox(t *testing.T) {
 	t.Helper()
 	t.Parallel()
