@@ -23,7 +23,9 @@ import (
 // are linked into the repository's git-ignored .cache and kept there between runs: go build
 // leaves an output whose build ID matches what it would link as it is, so a warm run links
 // nothing (each link took 10-20 s of the critical path on the shared 2 cores). One directory
-// per checkout: worktrees share .cache, not their sources.
+// per checkout: worktrees share .cache, not their sources. (test/cachedbuild keys a separate
+// module's binary on a hash of its sources; for this module's packages go build's build ID
+// does that.)
 
 // builds memoizes cachedBinary per package and environment, within this test process.
 var builds sync.Map // key string -> *cachedBuild
