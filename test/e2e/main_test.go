@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -71,8 +72,8 @@ const (
 )
 
 var (
-	sandboxTurn = make(chan struct{}, sandboxSlots)
-	worldTurn   = make(chan struct{}, worldSlots)
+	sandboxTurn = &turns{free: sandboxSlots}
+	worldTurn   = &turns{free: worldSlots}
 )
 
 // parallelWorld makes t parallel and waits for one of the world tests' slots, held until t
@@ -80,27 +81,74 @@ var (
 func parallelWorld(t *testing.T) {
 	t.Helper()
 	t.Parallel()
-	takeTurn(t, worldTurn)
+	takeTurn(t, worldTurn, false)
 }
 
-// parallelSandbox makes t parallel and waits for one of the sandbox tests' slots.
-func parallelSandbox(t *testing.T) {
+// parallelSandbox makes t parallel and waits for one of the sandbox tests' slots. A long test
+// (newLongSandboxEnv) gets the next free slot before the others waiting.
+func parallelSandbox(t *testing.T, long bool) {
 	t.Helper()
 	t.Parallel()
 	prefetchBinaries()
-	takeTurn(t, sandboxTurn)
+	takeTurn(t, sandboxTurn, long)
 }
 
 // takeTurn takes a slot of turn, given back after t's other cleanups (registered later, so
 // run earlier) have run. The wait counts in the test's elapsed time, so it is logged.
-func takeTurn(t *testing.T, turn chan struct{}) {
+func takeTurn(t *testing.T, turn *turns, long bool) {
 	t.Helper()
 	start := time.Now()
-	turn <- struct{}{}
-	t.Cleanup(func() { <-turn })
+	turn.take(long)
+	t.Cleanup(turn.give)
 	if waited := time.Since(start); waited >= time.Second {
 		t.Logf("waited %.1fs for its turn (parallelWorld, parallelSandbox)", waited.Seconds())
 	}
+}
+
+// turns hands out a fixed number of slots: a freed one goes to the first long test waiting,
+// else to the first test waiting.
+type turns struct {
+	mu      sync.Mutex
+	free    int
+	waiting []turnWaiter // the long ones first, each kind in the order they came
+}
+
+type turnWaiter struct {
+	long  bool
+	ready chan struct{}
+}
+
+// take blocks until a slot is the caller's.
+func (q *turns) take(long bool) {
+	q.mu.Lock()
+	if q.free > 0 { // then nobody waits: give hands a slot to a waiter before freeing it
+		q.free--
+		q.mu.Unlock()
+		return
+	}
+	w := turnWaiter{long: long, ready: make(chan struct{})}
+	i := len(q.waiting)
+	if long {
+		i = 0
+		for i < len(q.waiting) && q.waiting[i].long {
+			i++
+		}
+	}
+	q.waiting = slices.Insert(q.waiting, i, w)
+	q.mu.Unlock()
+	<-w.ready
+}
+
+// give hands the caller's slot to the first waiter, or back to the pool.
+func (q *turns) give() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		q.free++
+		return
+	}
+	close(q.waiting[0].ready)
+	q.waiting = q.waiting[1:]
 }
 
 // liftParallel sets -test.parallel to parallelLimit unless the command line gave it.

@@ -77,10 +77,11 @@ func runHostileVariants(t *testing.T, rts []string, withImage bool, f func(t *te
 
 // runHostileSideBySide is runHostile with the runtimes' subtests running at the same time, each
 // in its own sandbox: for a test whose subtests mostly wait on the kernel (fork loops up to a
-// pids cap, page faults up to a memory cap) and would otherwise be the last sandbox test left.
+// pids cap, page faults up to a memory cap): the longest sandbox test, first in line for a slot
+// (newLongSandboxEnv).
 func runHostileSideBySide(t *testing.T, f func(t *testing.T, h *hostile)) {
 	t.Helper()
-	e := newSandboxEnv(t)
+	e := newLongSandboxEnv(t)
 	dir := buildHostileProbe(t)
 	for _, rt := range hostileRuntimes {
 		t.Run(rt, func(t *testing.T) {

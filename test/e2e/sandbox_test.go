@@ -76,7 +76,7 @@ spec:
 const sbCommandTimeout = 60 * time.Second
 
 func TestSandbox(t *testing.T) {
-	e := newSandboxEnv(t)
+	e := newLongSandboxEnv(t)
 	name := e.name("main")
 	info := e.create(t, name)
 	host := info.HostAddr
