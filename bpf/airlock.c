@@ -73,9 +73,13 @@ struct {
 	__type(value, struct allow_val);
 } allow SEC(".maps");
 
+/* Maps only userspace writes (the listeners, the identities' cgroups, the transparent
+ * ports) are not preallocated either: every preallocated element is allocated and cleared
+ * at every sandbox's start, and the programs only look these up. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct listener_key);
 	__type(value, __u8);
 } listeners SEC(".maps");
@@ -102,6 +106,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u64);
 	__type(value, __u32);
 } id_cgroups SEC(".maps");
@@ -116,23 +121,26 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u16);
 	__type(value, __u8);
 } tports SEC(".maps");
 
 /* The original destinations of redirected connections are needed only from connect until the
- * transparent proxy accepts (milliseconds): 4096 in flight per sandbox is plenty, and LRU maps
- * are preallocated, so a bigger one costs memory and start-up time in every sandbox. */
+ * transparent proxy accepts (milliseconds on the veth, as conn_cg's handshakes): 1024 in
+ * flight per sandbox is plenty, and LRU maps are preallocated, so a bigger one costs memory
+ * and start-up time in every sandbox. An entry evicted before the accept makes the proxy
+ * refuse that connection (no original destination): never another's destination. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 1024);
 	__type(key, __u64);
 	__type(value, struct orig_dst);
 } orig_cookie SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 1024);
 	__type(key, struct tuple_key);
 	__type(value, struct orig_dst);
 } orig_tuple SEC(".maps");

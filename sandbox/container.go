@@ -10,6 +10,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Defaults of a local sandbox's container, applied when create is given no flag for them.
@@ -150,6 +152,10 @@ type ContainerState struct {
 	// HOME ("" : the working directory).
 	User *IDs   `json:"user,omitempty"`
 	Home string `json:"home,omitempty"`
+
+	// spec is the config.json writeBundle made, kept for a container made with its one
+	// command (Waiting): createContainer gives it its process and writes it, once.
+	spec *specs.Spec
 }
 
 // etcAfterCreate says the bundle's /etc is written in two parts: what the runtime's create

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,6 +196,7 @@ func TestWriteBundle(t *testing.T) {
 // A container made with its one command (Waiting) gets its bundle in two parts: what the
 // runtime's create reads (passwd, group, the mount points, config.json) before the public files
 // exist, the rest of /etc from writeBundleEtc once they do; any other bundle is whole at once.
+// Its config.json is written once, with the command's process (setBundleProcess).
 func TestWriteBundleEtcAfterCreate(t *testing.T) {
 	dir := t.TempDir()
 	st := testState()
@@ -210,8 +213,20 @@ func TestWriteBundleEtcAfterCreate(t *testing.T) {
 			t.Errorf("%s missing before the create", p)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(st.Container.Bundle, "config.json")); err != nil {
-		t.Errorf("config.json before the create: %v", err)
+	config := filepath.Join(st.Container.Bundle, "config.json")
+	if _, err := os.Stat(config); !errors.Is(err, fs.ErrNotExist) || st.Container.spec == nil {
+		t.Errorf("config.json on disk before its process (%v), or not kept (%v)", err, st.Container.spec)
+	}
+	if err := setBundleProcess(st.Container, []string{"/bin/true", "x"}, []string{"A=b"}, 7, 8, false); err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if data, err := os.ReadFile(config); err != nil || json.Unmarshal(data, &spec) != nil {
+		t.Fatalf("config.json after setBundleProcess: %v", err)
+	}
+	if p := spec.Process; p == nil || !slices.Equal(p.Args, []string{"/bin/true", "x"}) || p.User.UID != 7 || p.User.GID != 8 ||
+		!p.NoNewPrivileges || spec.Linux == nil || len(spec.Linux.UIDMappings) != 1 || spec.Linux.Seccomp == nil {
+		t.Errorf("config.json with the process: %+v", spec)
 	}
 	for _, p := range []string{"hosts", "hostname", "resolv.conf", "airlock/env", "nsswitch.conf"} {
 		if exists(p) {

@@ -265,7 +265,11 @@ func (m *Manager) reserve(c *creation) error {
 		st.Index, st.HostVeth = -1, ""
 	} else {
 		subnet := netip.MustParsePrefix(st.Subnet)
-		if st.Index, err = allocate(subnet, existing); err != nil {
+		inUse, err := m.ops().AddrsIn(subnet)
+		if err != nil {
+			return err
+		}
+		if st.Index, err = allocate(subnet, existing, inUse); err != nil {
 			return err
 		}
 		c.link = linkAt(subnet, st.Index)
@@ -420,9 +424,19 @@ func (m *Manager) doVeth(_ context.Context, c *creation) (string, error) {
 	return fmt.Sprintf("%s %s/30 <-> %s %s/30%s", st.HostVeth, st.HostAddr, sandboxVethName, st.SandboxAddr, routes), nil
 }
 
+// undoVeth leaves the pair to the netns step when the sandbox's namespace is still there: the
+// kernel unregisters a veth pair with either of its namespaces, and a namespace's end is done
+// in the background, while deleting the link waits for its unregistering (≈ 15 ms on the path
+// of every delete). The host end loses its addresses first, so that a pair the namespace
+// keeps a while longer (a process that entered it) never answers for a subnet the next
+// sandbox is given. Without the namespace, the link is deleted.
 func (m *Manager) undoVeth(_ context.Context, st *State) (string, error) {
 	if st.Network == NetworkNone {
 		return "removed   nothing of a link (--network none)", nil
+	}
+	if m.ops().NetnsExists(st.Netns) {
+		return "released  veth " + st.HostVeth + " (it goes with netns " + st.Netns + ")",
+			m.ops().ReleaseHostVeth(st.HostVeth, st.HostNetns, st.SupervisorPid)
 	}
 	return "removed   veth " + st.HostVeth, m.ops().DeleteHostVeth(st.HostVeth, st.HostNetns, st.SupervisorPid)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -163,9 +164,20 @@ func TestEachStepUndo(t *testing.T) {
 				// no sidecar runs); the cgroup's undo removes them.
 				wantAfter = append(slices.Clone(before), "pins u")
 				slices.Sort(wantAfter)
+			case "veth":
+				// The pair goes with the namespace, the netns step's undo (undoVeth).
+				wantAfter = made
 			}
 			if got := h.liveSet(); !slices.Equal(got, wantAfter) {
 				t.Errorf("after undo %v, want %v (before the step)", got, wantAfter)
+			}
+			if step.name == "veth" {
+				if _, err := m.undoNetns(context.Background(), c.st); err != nil {
+					t.Fatal(err)
+				}
+				if got := h.liveSet(); len(got) != 0 {
+					t.Errorf("after the netns undo %v, want nothing: the veth goes with its namespace", got)
+				}
 			}
 			if step.name == "files" {
 				if _, err := os.Stat(c.st.PublicDir()); !errors.Is(err, os.ErrNotExist) {
@@ -256,19 +268,19 @@ func TestCreateWarnsWithoutKernelOutsideProduction(t *testing.T) {
 func TestFailedUndoKeepsStateForReap(t *testing.T) {
 	m, h, _ := newTestManager(t)
 	h.failBefore["start run"] = errors.New("injected failure")
-	h.failBefore["DeleteHostVeth"] = errors.New("veth busy")
+	h.failBefore["DeleteNetns"] = errors.New("netns busy")
 	_, err := m.Create(context.Background(), testOptions(t, "r"))
-	if err == nil || !strings.Contains(err.Error(), "sandbox reap") || !strings.Contains(err.Error(), "veth busy") {
+	if err == nil || !strings.Contains(err.Error(), "sandbox reap") || !strings.Contains(err.Error(), "netns busy") {
 		t.Fatalf("Create = %v; want the step's error and the undo's, pointing at reap", err)
 	}
 	st, err := m.Store.Load("r")
 	if err != nil || st.Phase != PhaseCreating {
 		t.Fatalf("state after a failed undo: %+v, %v; want it kept in phase creating", st, err)
 	}
-	if !h.isLive("veth " + st.HostVeth) {
-		t.Errorf("the veth whose removal failed is not live: %v", h.liveSet())
+	if !h.isLive("netns "+st.Netns) || !h.isLive("veth "+st.HostVeth) {
+		t.Errorf("the netns whose removal failed, or the veth that goes with it, is not live: %v", h.liveSet())
 	}
-	delete(h.failBefore, "DeleteHostVeth")
+	delete(h.failBefore, "DeleteNetns")
 	res, err := m.Reap(context.Background(), time.Hour)
 	if err != nil || len(res) != 1 || res[0].Err != nil || !strings.Contains(res[0].Reason, "half-created") {
 		t.Fatalf("Reap = %+v, %v", res, err)
@@ -583,5 +595,19 @@ func TestEphemeralCAIsNotDurable(t *testing.T) {
 	}
 	if !durable["long"] || durable["once"] {
 		t.Errorf("LoadCA durable = %v; want true for a sandbox that outlives its command, false for exec --ephemeral's", durable)
+	}
+}
+
+// A /30 whose host address is on one of the host's interfaces (another state directory's
+// sandbox, which this store does not list) is skipped: two sidecars never share an address.
+func TestCreateSkipsSubnetsTheHostUses(t *testing.T) {
+	m, h, _ := newTestManager(t)
+	h.hostAddrs = []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.6")}
+	st, err := m.Create(context.Background(), testOptions(t, "o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Index != 2 || st.HostAddr != "198.19.0.9" {
+		t.Errorf("sandbox got /30 %d (host %s); want 2 (198.19.0.9): 0 and 1 hold host addresses", st.Index, st.HostAddr)
 	}
 }

@@ -41,7 +41,10 @@ type fakeHost struct {
 	nextPid    int
 	servers    map[int]*http.Server
 	exited     map[int]chan struct{}
-	stopped    []int // the pids StopProcess was asked to stop
+	stopped    []int             // the pids StopProcess was asked to stop
+	vethNetns  map[string]string // the namespace of each veth's peer, by host end
+	released   map[string]string // the veths ReleaseHostVeth left to a namespace, by namespace
+	hostAddrs  []netip.Addr      // the addresses of the host's interfaces (AddrsIn)
 
 	// supervised gets the name of each sandbox Supervise starts on (it runs in a goroutine).
 	supervised chan string
@@ -56,7 +59,8 @@ const fakeCgroupRoot = "/fake/cgroup"
 
 func newFakeHost(t *testing.T) *fakeHost {
 	h := &fakeHost{t: t, attach: true, live: map[string]bool{}, failBefore: map[string]error{}, failAfter: map[string]error{},
-		nextPid: 100000, servers: map[int]*http.Server{}, exited: map[int]chan struct{}{}, supervised: make(chan string, 16)}
+		nextPid: 100000, servers: map[int]*http.Server{}, exited: map[int]chan struct{}{}, supervised: make(chan string, 16),
+		vethNetns: map[string]string{}, released: map[string]string{}}
 	t.Cleanup(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -123,12 +127,31 @@ func (h *fakeHost) isLive(res string) bool {
 func (h *fakeHost) CurrentNetns() (uint64, error) { return 4026531840, nil }
 func (h *fakeHost) NetnsExists(name string) bool  { return h.isLive("netns " + name) }
 
+// AddrsIn is the host's addresses inside subnet: those of hostAddrs.
+func (h *fakeHost) AddrsIn(subnet netip.Prefix) ([]netip.Addr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var in []netip.Addr
+	for _, a := range h.hostAddrs {
+		if subnet.Contains(a) {
+			in = append(in, a)
+		}
+	}
+	return in, nil
+}
+
 func (h *fakeHost) CreateNetns(name string) error {
 	return h.op("CreateNetns", func() error { return h.create("netns " + name) })
 }
 
 func (h *fakeHost) DeleteNetns(name string) error {
-	return h.op("DeleteNetns", func() error { return h.remove("netns " + name) })
+	return h.op("DeleteNetns", func() error {
+		if v, ok := h.released[name]; ok { // the kernel unregisters the pair with the namespace
+			delete(h.released, name)
+			h.remove("veth " + v)
+		}
+		return h.remove("netns " + name)
+	})
 }
 
 func (h *fakeHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error {
@@ -136,12 +159,24 @@ func (h *fakeHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) 
 		if !h.live["netns "+netns] {
 			return fmt.Errorf("network namespace %s: %w", netns, os.ErrNotExist)
 		}
+		h.vethNetns[hostVeth] = netns
 		return h.create("veth " + hostVeth)
 	})
 }
 
 func (h *fakeHost) DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
 	return h.op("DeleteHostVeth", func() error { return h.remove("veth " + hostVeth) })
+}
+
+// ReleaseHostVeth leaves the veth live until the namespace WireLink put its peer in goes (the
+// fake keeps no addresses to take off).
+func (h *fakeHost) ReleaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
+	return h.op("ReleaseHostVeth", func() error {
+		if ns, ok := h.vethNetns[hostVeth]; ok && h.live["veth "+hostVeth] {
+			h.released[ns] = hostVeth
+		}
+		return nil
+	})
 }
 
 func (h *fakeHost) WriteNetnsResolvConf(netns string, data []byte) error {

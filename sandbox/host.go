@@ -61,6 +61,8 @@ type networkOps interface {
 	CurrentNetns() (uint64, error)
 	// NetnsExists reports whether /run/netns/name is a mounted namespace.
 	NetnsExists(name string) bool
+	// AddrsIn lists the addresses of this namespace's interfaces inside subnet.
+	AddrsIn(subnet netip.Prefix) ([]netip.Addr, error)
 	// CreateNetns creates and mounts /run/netns/name; it fails if the name exists.
 	CreateNetns(name string) error
 	// DeleteNetns unmounts and removes /run/netns/name; a missing one is not an error.
@@ -72,6 +74,10 @@ type networkOps interface {
 	// DeleteHostVeth removes the pair from the namespace whose inode is hostNetns (the current
 	// one, or the supervisor's); a missing link is not an error.
 	DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
+	// ReleaseHostVeth takes the addresses off the host end of the pair (in the namespace
+	// whose inode is hostNetns) and leaves the pair to go with the sandbox's namespace; a
+	// missing link is not an error.
+	ReleaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
 	// WriteNetnsResolvConf writes /etc/netns/netns/resolv.conf (for `ip netns exec`).
 	WriteNetnsResolvConf(netns string, data []byte) error
 	// RemoveNetnsEtc removes /etc/netns/netns; a missing one is not an error.
@@ -115,8 +121,10 @@ var _ hostOps = linuxHost{}
 func (linuxHost) CurrentNetns() (uint64, error) { return currentNetnsInode() }
 func (linuxHost) NetnsExists(name string) bool  { return netnsExists(name) }
 func (linuxHost) CreateNetns(name string) error { return createNetns(name) }
-func (linuxHost) DeleteNetns(name string) error { return deleteNetns(name) }
-func (linuxHost) LoopbackUp(name string) error  { return loopbackUp(name) }
+
+func (linuxHost) AddrsIn(subnet netip.Prefix) ([]netip.Addr, error) { return addrsIn(subnet) }
+func (linuxHost) DeleteNetns(name string) error                     { return deleteNetns(name) }
+func (linuxHost) LoopbackUp(name string) error                      { return loopbackUp(name) }
 
 func (linuxHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) error {
 	return wireLink(netns, hostVeth, l, raw)
@@ -124,6 +132,10 @@ func (linuxHost) WireLink(netns, hostVeth string, l link, raw []netip.Prefix) er
 
 func (linuxHost) DeleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
 	return deleteHostVeth(hostVeth, hostNetns, supervisorPid)
+}
+
+func (linuxHost) ReleaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
+	return releaseHostVeth(hostVeth, hostNetns, supervisorPid)
 }
 
 func (linuxHost) WriteNetnsResolvConf(netns string, data []byte) error {

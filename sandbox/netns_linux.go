@@ -114,7 +114,15 @@ func wireLink(nsName, hostVeth string, l link, rawRoutes []netip.Prefix) error {
 		PeerName:      sandboxVethName,
 		PeerNamespace: netlink.NsFd(int(ns)),
 	}
-	if err := netlink.LinkAdd(veth); err != nil {
+	err = netlink.LinkAdd(veth)
+	if errors.Is(err, unix.EEXIST) {
+		// The pair of this sandbox's last life, still going with its namespace (undoVeth):
+		// the name is this state directory's and this sandbox's alone.
+		if err = deleteHostVeth(hostVeth, 0, 0); err == nil {
+			err = netlink.LinkAdd(veth)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("add veth %s: %w", hostVeth, err)
 	}
 	host, err := netlink.LinkByName(hostVeth)
@@ -188,6 +196,54 @@ func deleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error 
 		return fmt.Errorf("delete veth %s: %w", hostVeth, err)
 	}
 	return nil
+}
+
+// releaseHostVeth removes every address of the host end of the pair (in the namespace whose
+// inode is hostNetns, as deleteHostVeth) and leaves the link: removing the sandbox's namespace
+// unregisters the pair in the kernel's background. A missing link is not an error; when
+// neither namespace is at hand, there is nothing to do from here.
+func releaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
+	h, err := hostHandle(hostNetns, supervisorPid)
+	if err != nil || h == nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(hostVeth)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("find veth %s: %w", hostVeth, err)
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("addresses of veth %s: %w", hostVeth, err)
+	}
+	for _, a := range addrs {
+		if a.IP.IsLinkLocalUnicast() {
+			continue // the kernel's own IPv6 link-local address answers for no subnet
+		}
+		if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove address %s from veth %s: %w", a.IPNet, hostVeth, err)
+		}
+	}
+	return nil
+}
+
+// addrsIn lists the IPv4 addresses of the current namespace's interfaces inside subnet.
+func addrsIn(subnet netip.Prefix) ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list the host's addresses: %w", err)
+	}
+	var in []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && subnet.Contains(ip.Unmap()) {
+			in = append(in, ip.Unmap())
+		}
+	}
+	return in, nil
 }
 
 // hostHandle opens netlink in the host namespace; nil when it is not reachable from here.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -170,3 +171,9 @@ func containerMounts(c *ContainerState, view rootView) []specs.Mount {
 func roBind(src, dst string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", "nosuid", "nodev", "ro"}}
 }
+
+// PrepareBundleEncoding builds encoding/json's encoders of config.json's types: the first
+// encoding of a type builds them by reflection, milliseconds in a new process, on the way to
+// the runtime's create. `exec --ephemeral` calls it in the background while its first steps
+// run.
+func PrepareBundleEncoding() { _, _ = json.Marshal(&specs.Spec{}) }

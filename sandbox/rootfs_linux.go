@@ -61,7 +61,11 @@ func writeBundle(st *State) error {
 	if err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(spec, "", "  ")
+	if c.Waiting { // createContainer writes it with the command's process
+		c.spec = spec
+		return nil
+	}
+	data, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode config.json: %w", err)
 	}

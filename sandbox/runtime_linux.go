@@ -461,6 +461,18 @@ func removeV1Cgroups(rel string) error {
 // that a missing command exits 127 and an unexecutable one 126, as in a shell), as uid:gid
 // (inside ids) in the working directory, with env, no capabilities and no_new_privs.
 func execProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) ([]byte, error) {
+	p := processSpec(c, env, uid, gid, tty)
+	p.Args = append([]string{"/bin/sh", "-c", `exec "$@"`, "sh"}, argv...)
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode process: %w", err)
+	}
+	return data, nil
+}
+
+// processSpec is a process of c without its arguments: uid and gid (-1: the image's user, or
+// root), no capabilities, no new privileges, in the working directory.
+func processSpec(c *ContainerState, env []string, uid, gid int, tty bool) specs.Process {
 	if uid < 0 && c.User != nil {
 		uid, gid = c.User.UID, c.User.GID
 	}
@@ -470,44 +482,37 @@ func execProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) 
 	if gid < 0 {
 		gid = uid
 	}
-	p := specs.Process{
+	return specs.Process{
 		Terminal:        tty,
 		User:            specs.User{UID: uint32(uid), GID: uint32(gid)},
-		Args:            append([]string{"/bin/sh", "-c", `exec "$@"`, "sh"}, argv...),
 		Env:             env,
 		Cwd:             c.Workdir,
 		NoNewPrivileges: true,
 		Capabilities:    &specs.LinuxCapabilities{},
 	}
-	data, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("encode process: %w", err)
-	}
-	return data, nil
 }
 
-// setBundleProcess makes argv (run as is) the process of c's bundle, as execProcess describes.
+// setBundleProcess makes argv (run as is) the process of c's bundle, as execProcess describes:
+// in the config.json writeBundle kept (a container made with its one command), or the one on
+// disk.
 func setBundleProcess(c *ContainerState, argv, env []string, uid, gid int, tty bool) error {
 	path := filepath.Join(c.Bundle, "config.json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read bundle: %w", err)
+	spec := c.spec
+	if spec == nil {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read bundle: %w", err)
+		}
+		spec = new(specs.Spec)
+		if err := json.Unmarshal(data, spec); err != nil {
+			return fmt.Errorf("bundle %s: %w", path, err)
+		}
 	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return fmt.Errorf("bundle %s: %w", path, err)
-	}
-	pdata, err := execProcess(c, nil, env, uid, gid, tty)
-	if err != nil {
-		return err
-	}
-	var p specs.Process
-	if err := json.Unmarshal(pdata, &p); err != nil {
-		return err
-	}
+	p := processSpec(c, env, uid, gid, tty)
 	p.Args = argv
 	spec.Process = &p
-	if data, err = json.Marshal(&spec); err != nil {
+	data, err := json.Marshal(spec)
+	if err != nil {
 		return fmt.Errorf("encode config.json: %w", err)
 	}
 	return writeFileReplace(path, data, 0o600)

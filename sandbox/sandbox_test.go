@@ -57,13 +57,18 @@ func TestSubnetAllocation(t *testing.T) {
 		{Subnet: "10.200.0.0/16", Index: 2, HostAddr: "10.200.0.9"},
 		{Subnet: "10.200.0.0/24", Index: 1, HostAddr: "10.200.0.5"}, // an overlapping pool
 	}
-	if got, err := allocate(subnet, existing); err != nil || got != 3 {
+	if got, err := allocate(subnet, existing, nil); err != nil || got != 3 {
 		t.Errorf("allocate = %d, %v; want 3 (0 and 2 taken, 1 taken by an overlapping pool)", got, err)
+	}
+	// Addresses on the host's interfaces (another state directory's sandboxes) take their /30.
+	inUse := []netip.Addr{netip.MustParseAddr("10.200.0.13"), netip.MustParseAddr("10.200.0.18"), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
+	if got, err := allocate(subnet, existing, inUse); err != nil || got != 5 {
+		t.Errorf("allocate with host addresses in .12/30 and .16/30 = %d, %v; want 5", got, err)
 	}
 
 	small, _ := parseSubnet("198.19.200.0/29") // two /30s
 	full := []*State{{Subnet: small.String(), Index: 0}, {Subnet: small.String(), Index: 1}}
-	if _, err := allocate(small, full); err == nil || !strings.Contains(err.Error(), "full") {
+	if _, err := allocate(small, full, nil); err == nil || !strings.Contains(err.Error(), "full") {
 		t.Errorf("allocate in a full subnet = %v, want a 'full' error", err)
 	}
 	for _, bad := range []string{"10.200.0.0/31", "2001:db8::/64", "nonsense"} {

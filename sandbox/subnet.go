@@ -48,9 +48,16 @@ func linkAt(subnet netip.Prefix, index int) link {
 	return link{Prefix: netip.PrefixFrom(addr(base), 30), Host: addr(base + 1), Sandbox: addr(base + 2)}
 }
 
-// allocate returns the lowest index of subnet no existing sandbox uses.
-func allocate(subnet netip.Prefix, existing []*State) (int, error) {
+// allocate returns the lowest index of subnet that no existing sandbox uses and whose /30
+// holds none of inUse (the addresses of this namespace's interfaces: another state
+// directory's sandboxes, or anything else of the host's).
+func allocate(subnet netip.Prefix, existing []*State, inUse []netip.Addr) (int, error) {
 	used := map[int]bool{}
+	for _, a := range inUse {
+		if a.Is4() && subnet.Contains(a) {
+			used[indexOf(subnet, a)] = true
+		}
+	}
 	for _, s := range existing {
 		if s.Network == NetworkNone {
 			continue // a --network none sandbox holds no link

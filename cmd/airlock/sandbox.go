@@ -419,6 +419,7 @@ func sandboxExec(args []string, stdout, stderr io.Writer) error {
 
 	var progress io.Writer
 	if *ephemeral {
+		go sandbox.PrepareBundleEncoding() // beside the steps before the bundle
 		progress = stderr
 		if _, set := os.LookupEnv("GOGC"); !set {
 			// The sidecar this process runs (runHere) sets it anyway; set first, it spares

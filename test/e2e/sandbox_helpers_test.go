@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -412,10 +413,18 @@ func (e *sbEnv) leftovers(t *testing.T, name string, info sandboxInfo) []string 
 		}
 	}
 	if info.HostVeth != "" {
-		for _, v := range vethsIn(t, e.w.Sidecar) {
-			if v == info.HostVeth {
-				left = append(left, "veth "+v)
+		// The pair goes with the sandbox's namespace, in the kernel's background: it may
+		// outlive the delete by milliseconds, its addresses never do.
+		if out, err := exec.Command("ip", "-n", e.w.Sidecar.Name, "-o", "addr", "show", "dev", info.HostVeth).CombinedOutput(); err == nil && strings.Contains(string(out), " inet ") {
+			left = append(left, "address on veth "+info.HostVeth+": "+strings.TrimSpace(string(out)))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for slices.Contains(vethsIn(t, e.w.Sidecar), info.HostVeth) {
+			if time.Now().After(deadline) {
+				left = append(left, "veth "+info.HostVeth)
+				break
 			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	for _, pid := range []int{info.SupervisorPid, info.SidecarPid} {
