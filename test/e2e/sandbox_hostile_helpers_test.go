@@ -58,7 +58,18 @@ func runHostileOn(t *testing.T, rts []string, f func(t *testing.T, h *hostile)) 
 // root filesystem the sandbox may write.
 func runHostileVariants(t *testing.T, rts []string, withImage bool, f func(t *testing.T, h *hostile)) {
 	t.Helper()
-	e := newSandboxEnv(t)
+	runHostileIn(t, newSandboxEnv(t), rts, withImage, f)
+}
+
+// runHostileLong is runHostile for one of the longest sandbox tests (newLongSandboxEnv).
+func runHostileLong(t *testing.T, f func(t *testing.T, h *hostile)) {
+	t.Helper()
+	runHostileIn(t, newLongSandboxEnv(t), hostileRuntimes, false, f)
+}
+
+// runHostileIn is runHostileVariants in the fixture e.
+func runHostileIn(t *testing.T, e *sbEnv, rts []string, withImage bool, f func(t *testing.T, h *hostile)) {
+	t.Helper()
 	dir := buildHostileProbe(t)
 	for _, rt := range rts {
 		t.Run(rt, func(t *testing.T) {
@@ -71,23 +82,6 @@ func runHostileVariants(t *testing.T, rts []string, withImage bool, f func(t *te
 			privtest.Require(t, "runc")
 			ref := imagetest.WriteLayout(t, imagetest.Busybox(t), filepath.Join(t.TempDir(), "busybox"))
 			f(t, &hostile{sbEnv: e, rt: "runc", probeDir: dir, probe: hostileProbeMount + "/hostileprobe", image: ref})
-		})
-	}
-}
-
-// runHostileSideBySide is runHostile with the runtimes' subtests running at the same time, each
-// in its own sandbox: for a test whose subtests mostly wait on the kernel (fork loops up to a
-// pids cap, page faults up to a memory cap): the longest sandbox test, first in line for a slot
-// (newLongSandboxEnv).
-func runHostileSideBySide(t *testing.T, f func(t *testing.T, h *hostile)) {
-	t.Helper()
-	e := newLongSandboxEnv(t)
-	dir := buildHostileProbe(t)
-	for _, rt := range hostileRuntimes {
-		t.Run(rt, func(t *testing.T) {
-			privtest.Require(t, rt)
-			t.Parallel()
-			f(t, &hostile{sbEnv: e, rt: rt, probeDir: dir, probe: hostileProbeMount + "/hostileprobe"})
 		})
 	}
 }

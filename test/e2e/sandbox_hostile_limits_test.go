@@ -20,9 +20,9 @@ import (
 // live on cgroup v1 only. With --pids and --memory a bounded fork loop stops at the cap and an
 // allocation past the memory cap is killed or refused; without flags create prints default
 // limits, and they hold the same way. Every loop and allocation is bounded, so where a cap
-// does not hold the host loses at most the bound. runc and crun run side by side.
+// does not hold the host loses at most the bound.
 func TestSandboxHostileLimits(t *testing.T) {
-	runHostileSideBySide(t, func(t *testing.T, h *hostile) {
+	runHostileLong(t, func(t *testing.T, h *hostile) {
 		t.Run("flags", func(t *testing.T) {
 			name, _, _ := h.createOut(t, "capped", "--pids", "64", "--memory", "128M")
 			h.wantPidsCap(t, name, 64)
