@@ -7,6 +7,7 @@
 #   make image     airlock's image tarball (offline, reproducible): bin/airlock-image.tar
 #   make kubecluster  build/cache the test cluster's binaries (for AIRLOCK_CLUSTER_TESTS=1)
 #   make s3test    build/cache the S3 test server (versitygw) the audit shipping tests run
+#   make debianimage  (root) build/cache the Debian test image (mmdebstrap) the image tests use
 #   make deps      (root, Debian 12) install the packages the tests need (tools/deps.sh)
 #   make test      vet + every test, privileged ones included when run as root
 #   make bench     proxied req/s (HTTP and HTTPS) against direct, Squid and tinyproxy, as ratios
@@ -36,7 +37,7 @@ BPF_CLANG_MAJOR ?= 14
 TESTFLAGS   ?=
 BENCHFLAGS  ?=
 
-.PHONY: all build image run demo deps test vaulttest s3test kubecluster bench bench-kube lint generate fuzz clean
+.PHONY: all build image run demo deps test vaulttest s3test debianimage kubecluster bench bench-kube lint generate fuzz clean
 
 all: build
 
@@ -86,6 +87,13 @@ vaulttest:
 # go.sum; a cold build takes about 5 minutes on 2 cores.
 s3test:
 	$(GO) run ./test/s3test/buildserver
+
+# The image tests (sandbox/image, test/e2e) unpack a real Debian root filesystem made by
+# mmdebstrap (as root) from the Debian archive, cached in $(CACHE)/ keyed on its inputs; a cold
+# build takes about 100 s, network bound. The tests build it when it is missing; CI builds it
+# first, so that it is not spent beside them.
+debianimage:
+	$(GO) run ./test/imagetest/builddebian
 
 # The real-cluster tests (test/kubecluster, AIRLOCK_CLUSTER_TESTS=1) run Kubernetes 1.37
 # built from source through test/kubecluster/build (its own module) and containerd, runc,

@@ -131,7 +131,7 @@ var support = []string{
 	"tools/bench", "test/e2e", "tools/demo", "tools/docgen", "test/depcheck", "test/fakellm", "test/privtest",
 	"test/testnet", "test/vaulttest", "test/vaulttest/buildserver", "test/kubetest", "test/upstreamproxy",
 	"test/kubecluster", "test/kubecluster/buildcluster", "test/cachedbuild", "test/s3test", "test/s3test/buildserver", "test/kubecluster/probe", "test/e2e/cluster", "test/hostileprobe", "test/mcpserver",
-	"internal/imagebuild", "internal/imagebuild/airlockimage", "test/imagetest",
+	"internal/imagebuild", "internal/imagebuild/airlockimage", "test/imagetest", "test/imagetest/builddebian",
 }
 
 // heavy bans importers outside allowed from importing any path with prefix banned.

@@ -7,10 +7,11 @@
 package e2e
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -28,18 +29,25 @@ var build struct {
 	err  error
 }
 
-// airlockBinary returns the binary under test, building ./cmd/airlock (or taking
-// $AIRLOCK_BIN) the first time; it fails t when the binary does not build.
+// airlockBinary returns the binary under test, $AIRLOCK_BIN or ./cmd/airlock built in the cache
+// (cachedBinary) the first time; it fails t when the binary does not build.
 func airlockBinary(t testing.TB) string {
 	t.Helper()
 	build.once.Do(func() {
+		if p := os.Getenv(testnet.EnvBinary); p != "" {
+			build.path = p
+			return
+		}
 		build.dir, build.err = os.MkdirTemp("", "airlock-e2e-bin-")
 		if build.err != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		build.path, build.err = testnet.BuildAirlock(ctx, build.dir)
+		var cached string
+		if cached, build.err = cachedBinary("./cmd/airlock"); build.err != nil {
+			return
+		}
+		build.path = filepath.Join(build.dir, "airlock")
+		build.err = linkBinary(cached, build.path)
 	})
 	if build.err != nil {
 		t.Fatalf("airlock binary: %v", build.err)
@@ -50,19 +58,22 @@ func airlockBinary(t testing.TB) string {
 // How the parallel tests share the machine. go test's -parallel (GOMAXPROCS by default, 2
 // here) would hold the local sandbox tests, one after the other, and the world tests to two
 // at a time, and the world tests would start only when the last sandbox test is done. Instead
-// TestMain lifts -parallel (unless it is given) and two turns decide: the sandbox tests
-// (newSandboxEnv) run one at a time, as before, and beside them up to worldSlots world tests
-// (parallelWorld), which mostly wait on timers and on other processes. TestSandbox, which counts
-// this process's descriptors, is not parallel at all (newSandboxEnvAlone): it runs with no
-// other test.
+// TestMain lifts -parallel (unless it is given) and two turns decide: up to sandboxSlots
+// sandbox tests (newSandboxEnv) run at a time, and beside them up to worldSlots world tests
+// (parallelWorld), which mostly wait on timers and on other processes. Sandbox tests do not
+// collide: each has its own world (the sandboxes' veths and /30s live in its sidecar
+// namespace), state directory, cgroup parent and sandbox names (netns, BPF pins), and uid
+// ranges are claimed machine-wide. TestSandboxLoop, which counts this process's descriptors,
+// is not parallel at all (newSandboxEnvAlone): it runs with no other test.
 const (
+	sandboxSlots  = 2
 	worldSlots    = 2
 	parallelLimit = 64 // -parallel when not given: above the number of parallel tests
 )
 
 var (
-	sandboxTurn = make(chan struct{}, 1)
-	worldTurn   = make(chan struct{}, worldSlots)
+	sandboxTurn = &turns{free: sandboxSlots}
+	worldTurn   = &turns{free: worldSlots}
 )
 
 // parallelWorld makes t parallel and waits for one of the world tests' slots, held until t
@@ -70,26 +81,74 @@ var (
 func parallelWorld(t *testing.T) {
 	t.Helper()
 	t.Parallel()
-	takeTurn(t, worldTurn)
+	takeTurn(t, worldTurn, false)
 }
 
-// parallelSandbox makes t parallel and waits until no other sandbox test runs.
-func parallelSandbox(t *testing.T) {
+// parallelSandbox makes t parallel and waits for one of the sandbox tests' slots. A long test
+// (newLongSandboxEnv) gets the next free slot before the others waiting.
+func parallelSandbox(t *testing.T, long bool) {
 	t.Helper()
 	t.Parallel()
-	takeTurn(t, sandboxTurn)
+	prefetchBinaries()
+	takeTurn(t, sandboxTurn, long)
 }
 
 // takeTurn takes a slot of turn, given back after t's other cleanups (registered later, so
 // run earlier) have run. The wait counts in the test's elapsed time, so it is logged.
-func takeTurn(t *testing.T, turn chan struct{}) {
+func takeTurn(t *testing.T, turn *turns, long bool) {
 	t.Helper()
 	start := time.Now()
-	turn <- struct{}{}
-	t.Cleanup(func() { <-turn })
+	turn.take(long)
+	t.Cleanup(turn.give)
 	if waited := time.Since(start); waited >= time.Second {
 		t.Logf("waited %.1fs for its turn (parallelWorld, parallelSandbox)", waited.Seconds())
 	}
+}
+
+// turns hands out a fixed number of slots: a freed one goes to the first long test waiting,
+// else to the first test waiting.
+type turns struct {
+	mu      sync.Mutex
+	free    int
+	waiting []turnWaiter // the long ones first, each kind in the order they came
+}
+
+type turnWaiter struct {
+	long  bool
+	ready chan struct{}
+}
+
+// take blocks until a slot is the caller's.
+func (q *turns) take(long bool) {
+	q.mu.Lock()
+	if q.free > 0 { // then nobody waits: give hands a slot to a waiter before freeing it
+		q.free--
+		q.mu.Unlock()
+		return
+	}
+	w := turnWaiter{long: long, ready: make(chan struct{})}
+	i := len(q.waiting)
+	if long {
+		i = 0
+		for i < len(q.waiting) && q.waiting[i].long {
+			i++
+		}
+	}
+	q.waiting = slices.Insert(q.waiting, i, w)
+	q.mu.Unlock()
+	<-w.ready
+}
+
+// give hands the caller's slot to the first waiter, or back to the pool.
+func (q *turns) give() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		q.free++
+		return
+	}
+	close(q.waiting[0].ready)
+	q.waiting = q.waiting[1:]
 }
 
 // liftParallel sets -test.parallel to parallelLimit unless the command line gave it.
@@ -109,6 +168,7 @@ func TestMain(m *testing.M) {
 	testnet.RunProbeIfRequested()
 	liftParallel()
 	code := m.Run()
+	prefetch.wg.Wait()
 	for _, dir := range []string{build.dir, hostileProbe.dir} {
 		if dir != "" {
 			os.RemoveAll(dir)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -27,11 +26,9 @@ func TestSandboxDemo(t *testing.T) {
 	bin := airlockBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	demo := filepath.Join(t.TempDir(), "demo")
-	build := exec.CommandContext(ctx, "go", "build", "-o", demo, "./tools/demo")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./tools/demo: %v\n%s", err, out)
+	demo, err := cachedBinary("./tools/demo")
+	if err != nil {
+		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, demo, "--bin", bin, "--policy", "../../deploy/examples/sandbox-policy.yaml")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}

@@ -94,7 +94,17 @@ func (e *sbEnv) inside(name string) string { return filepath.Join(outInside, nam
 func newSandboxEnv(t *testing.T) *sbEnv {
 	t.Helper()
 	requireSandbox(t)
-	parallelSandbox(t)
+	parallelSandbox(t, false)
+	return sandboxEnv(t)
+}
+
+// newLongSandboxEnv is newSandboxEnv for one of the longest sandbox tests (40 s and more on the
+// shared 2 cores): it gets the next free sandbox slot before the others waiting
+// (parallelSandbox), so that it does not start late and finish last, alone.
+func newLongSandboxEnv(t *testing.T) *sbEnv {
+	t.Helper()
+	requireSandbox(t)
+	parallelSandbox(t, true)
 	return sandboxEnv(t)
 }
 

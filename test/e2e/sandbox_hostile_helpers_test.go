@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -59,7 +58,18 @@ func runHostileOn(t *testing.T, rts []string, f func(t *testing.T, h *hostile)) 
 // root filesystem the sandbox may write.
 func runHostileVariants(t *testing.T, rts []string, withImage bool, f func(t *testing.T, h *hostile)) {
 	t.Helper()
-	e := newSandboxEnv(t)
+	runHostileIn(t, newSandboxEnv(t), rts, withImage, f)
+}
+
+// runHostileLong is runHostile for one of the longest sandbox tests (newLongSandboxEnv).
+func runHostileLong(t *testing.T, f func(t *testing.T, h *hostile)) {
+	t.Helper()
+	runHostileIn(t, newLongSandboxEnv(t), hostileRuntimes, false, f)
+}
+
+// runHostileIn is runHostileVariants in the fixture e.
+func runHostileIn(t *testing.T, e *sbEnv, rts []string, withImage bool, f func(t *testing.T, h *hostile)) {
+	t.Helper()
 	dir := buildHostileProbe(t)
 	for _, rt := range rts {
 		t.Run(rt, func(t *testing.T) {
@@ -103,12 +113,12 @@ var hostileProbe struct {
 	err  error
 }
 
-// buildHostileProbe builds ./test/hostileprobe static into a directory everyone may reach and
-// read (the sandbox's root maps to an unprivileged uid outside, and runsc opens its mounts as
-// that uid) and returns the directory; the first call builds it, the others reuse it.
+// buildHostileProbe links ./test/hostileprobe, built static in the cache (cachedBinary), into a
+// directory everyone may reach and read (the sandbox's root maps to an unprivileged uid
+// outside, and runsc opens its mounts as that uid) and returns the directory; the first call
+// makes it, the others reuse it.
 func buildHostileProbe(t *testing.T) string {
 	t.Helper()
-	root := moduleRoot(t)
 	hostileProbe.once.Do(func() {
 		hostileProbe.dir, hostileProbe.err = os.MkdirTemp("", "airlock-e2e-hostileprobe-")
 		if hostileProbe.err != nil {
@@ -117,28 +127,16 @@ func buildHostileProbe(t *testing.T) string {
 		if hostileProbe.err = os.Chmod(hostileProbe.dir, 0o755); hostileProbe.err != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(hostileProbe.dir, "hostileprobe"), "./test/hostileprobe")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			hostileProbe.err = fmt.Errorf("%w\n%s", err, out)
+		var cached string
+		if cached, hostileProbe.err = cachedBinary("./test/hostileprobe", "CGO_ENABLED=0"); hostileProbe.err != nil {
+			return
 		}
+		hostileProbe.err = linkBinary(cached, filepath.Join(hostileProbe.dir, "hostileprobe"))
 	})
 	if hostileProbe.err != nil {
 		t.Fatalf("build the hostile probe: %v", hostileProbe.err)
 	}
 	return hostileProbe.dir
-}
-
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
 }
 
 // flags are what every hostile create gets: the runtime and the probe, read-only. Nothing

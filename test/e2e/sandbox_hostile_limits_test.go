@@ -22,7 +22,7 @@ import (
 // limits, and they hold the same way. Every loop and allocation is bounded, so where a cap
 // does not hold the host loses at most the bound.
 func TestSandboxHostileLimits(t *testing.T) {
-	runHostile(t, func(t *testing.T, h *hostile) {
+	runHostileLong(t, func(t *testing.T, h *hostile) {
 		t.Run("flags", func(t *testing.T) {
 			name, _, _ := h.createOut(t, "capped", "--pids", "64", "--memory", "128M")
 			h.wantPidsCap(t, name, 64)

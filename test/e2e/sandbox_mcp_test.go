@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // An MCP server as an identity of its own (issue 34, item 5): test/mcpserver, a real MCP
@@ -176,17 +173,16 @@ func testMCPStdioChild(t *testing.T, h *hostile, name, bin, placeholder string) 
 	}
 }
 
-// buildMCPServer builds ./test/mcpserver static into the fixture's shared directory and
-// returns its path inside a sandbox.
+// buildMCPServer links ./test/mcpserver, built static in the cache (cachedBinary), into the
+// fixture's shared directory and returns its path inside a sandbox.
 func buildMCPServer(t *testing.T, h *hostile) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(h.out, "mcpserver"), "./test/mcpserver")
-	cmd.Dir = moduleRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the MCP server: %v\n%s", err, out)
+	cached, err := cachedBinary("./test/mcpserver", "CGO_ENABLED=0")
+	if err == nil {
+		err = linkBinary(cached, filepath.Join(h.out, "mcpserver"))
+	}
+	if err != nil {
+		t.Fatalf("build the MCP server: %v", err)
 	}
 	return h.inside("mcpserver")
 }

@@ -22,7 +22,7 @@ import (
 // the sandbox writes to an rw mount is that uid's.
 func TestSandboxRunsc(t *testing.T) {
 	privtest.Require(t, "runsc")
-	e := newSandboxEnv(t)
+	e := newLongSandboxEnv(t)
 	name := e.name("runsc")
 	info := e.create(t, name, "--runtime", "runsc")
 	t.Run("Proxied", func(t *testing.T) { testSandboxProxied(t, e, name, info) })

@@ -411,6 +411,7 @@ func waitFrozen(t *testing.T, e *sbEnv, name, cap string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not frozen by %s within 30 s: %+v", name, cap, i)
 		}
+		time.Sleep(50 * time.Millisecond) // polling another process's state (one airlock process a round), bounded
 	}
 }
 

@@ -58,7 +58,31 @@ func NewCgroup(t testing.TB) *Cgroup {
 	if err != nil {
 		t.Fatalf("testnet: %v", err)
 	}
-	return newCgroupAt(t, filepath.Join(root, uniqueName()))
+	name := uniqueName()
+	c := newCgroupAt(t, filepath.Join(root, name))
+	// On a hybrid host a runtime makes the sandboxes' cgroups under this one in each v1
+	// hierarchy too (mkdir -p); their parents there are this test's to remove as well.
+	t.Cleanup(func() { removeV1Twins(t, name) })
+	return c
+}
+
+// removeV1Twins removes the cgroup called name (and what is under it) from every cgroup v1
+// hierarchy mounted under /sys/fs/cgroup; absent ones are not errors.
+func removeV1Twins(t testing.TB, name string) {
+	hier, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return
+	}
+	for _, h := range hier {
+		base := filepath.Join("/sys/fs/cgroup", h.Name())
+		var st unix.Statfs_t
+		if unix.Statfs(base, &st) != nil || st.Type != unix.CGROUP_SUPER_MAGIC {
+			continue
+		}
+		if err := (&Cgroup{Path: filepath.Join(base, name)}).remove(); err != nil {
+			t.Errorf("testnet: remove cgroup %s: %v", filepath.Join(base, name), err)
+		}
+	}
 }
 
 // Child creates a cgroup inside c (a sandbox making its own sub-cgroup).
