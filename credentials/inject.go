@@ -128,6 +128,14 @@ const maxSwappers = 64
 
 // swapperKey identifies a set of bound values: names in order, each with its value.
 func swapperKey(values map[string]string) string {
+	switch len(values) {
+	case 0:
+		return ""
+	case 1: // the common case, without sorting: one allocation
+		for n, v := range values {
+			return n + "\x00" + v + "\x00"
+		}
+	}
 	names := slices.Sorted(maps.Keys(values))
 	var k strings.Builder
 	for _, n := range names {
@@ -361,7 +369,8 @@ func (b *Broker) FilterResponse(resp *http.Response, injected bool) (*http.Respo
 	if len(codings) == 0 && kind == notGRPC && resp.ContentLength >= 0 && len(resp.Trailer) == 0 {
 		// Identity encoding with a known length: mask (same length) so Content-Length stays
 		// true and the client gets one framed response instead of a chunked one.
-		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().Reader(io.NopCloser(raw)), raw: raw, resp: resp, red: b.red}
+		resp.Body = &scrubbedBody{Reader: b.red.maskReplacer().ReaderOfLength(io.NopCloser(raw), resp.ContentLength), raw: raw,
+			resp: resp, red: b.red}
 		return resp, nil
 	}
 	dec, decoded, err := decodeResponse(raw, codings, injected)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,5 +299,22 @@ func TestSwapperFollowsValues(t *testing.T) {
 	h.b.swapMu.Unlock()
 	if n > maxSwappers {
 		t.Fatalf("%d swappers remembered, want at most %d", n, maxSwappers)
+	}
+}
+
+// TestSwapperKeyShortcut: the key of one value (made without sorting) and of none are those
+// the general form makes.
+func TestSwapperKeyShortcut(t *testing.T) {
+	general := func(values map[string]string) string {
+		var k strings.Builder
+		for _, n := range slices.Sorted(maps.Keys(values)) {
+			k.WriteString(n + "\x00" + values[n] + "\x00")
+		}
+		return k.String()
+	}
+	for _, values := range []map[string]string{{}, {"tok": "v1"}, {"a": "", "": "b"}, {"a": "1", "b": "2", "c": "3"}} {
+		if got, want := swapperKey(values), general(values); got != want {
+			t.Errorf("swapperKey(%v) = %q, want %q", values, got, want)
+		}
 	}
 }

@@ -142,7 +142,16 @@ func (r *Replacer) Reader(rc io.ReadCloser) io.ReadCloser {
 	if r.Empty() {
 		return rc
 	}
-	return &streamReader{r: r, src: rc}
+	return &streamReader{r: r, src: rc, size: -1}
+}
+
+// ReaderOfLength is Reader for a body of n bytes (n < 0: unknown): a short body is read
+// through a buffer of its size instead of a 4 KiB one, allocated per body.
+func (r *Replacer) ReaderOfLength(rc io.ReadCloser, n int64) io.ReadCloser {
+	if r.Empty() {
+		return rc
+	}
+	return &streamReader{r: r, src: rc, size: n}
 }
 
 // streamReader is Replacer.Reader's reader.
@@ -154,6 +163,7 @@ type streamReader struct {
 	eof  bool
 	err  error // the error to return once out is drained
 	rbuf []byte
+	size int64 // the body's length, or -1
 }
 
 func (s *streamReader) Read(p []byte) (int, error) {
@@ -174,7 +184,11 @@ func (s *streamReader) fill() {
 		if s.rbuf == nil {
 			// Not pooled: Close may race a Read (a client going away), and a recycled
 			// buffer could then carry one response's bytes into another.
-			s.rbuf = make([]byte, 4<<10)
+			n := int64(4 << 10)
+			if s.size >= 0 && s.size < n {
+				n = s.size + 1 // room for the end to show with the last bytes
+			}
+			s.rbuf = make([]byte, n)
 		}
 		n, err := s.src.Read(s.rbuf)
 		s.in = append(s.in, s.rbuf[:n]...)

@@ -75,6 +75,14 @@ func TestReplacerStreamEverySplit(t *testing.T) {
 				if err != nil || string(got) != want {
 					t.Fatalf("split %q|%q|%q: got %q, %v; want %q", in[:i], in[i:j], in[j:], got, err, want)
 				}
+				// The length only sizes the buffer: right, short or long, the bytes are the same.
+				for _, n := range []int64{int64(len(in)), 0, 1, int64(len(in)) + 100} {
+					src := &chunked{parts: [][]byte{[]byte(in[:i]), []byte(in[i:j]), []byte(in[j:])}}
+					got, err := io.ReadAll(r.ReaderOfLength(src, n))
+					if err != nil || string(got) != want {
+						t.Fatalf("split %q|%q|%q, length %d: got %q, %v; want %q", in[:i], in[i:j], in[j:], n, got, err, want)
+					}
+				}
 			}
 		}
 		// One byte at a time, too.

@@ -136,15 +136,23 @@ func coverage(r *rule, dest string, cands []*rule) string {
 	return ""
 }
 
-// filterRules returns the rules keep accepts.
+// filterRules returns the rules keep accepts: rules itself (capped, so an append copies)
+// when it accepts them all, which allocates nothing on the decision path; a new slice
+// otherwise. The result is read, never written.
 func filterRules(rules []*rule, keep func(*rule) bool) []*rule {
-	var out []*rule
-	for _, r := range rules {
+	for i, r := range rules {
 		if keep(r) {
-			out = append(out, r)
+			continue
 		}
+		out := slices.Clone(rules[:i])
+		for _, r := range rules[i+1:] {
+			if keep(r) {
+				out = append(out, r)
+			}
+		}
+		return out
 	}
-	return out
+	return rules[:len(rules):len(rules)]
 }
 
 // anyPath is the pattern a child L7 rule without paths stands for.

@@ -2,14 +2,13 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // defaultDebounce is how long Watch waits after the last change before it reloads: editors
@@ -80,8 +79,9 @@ func (s *Store) Reload() (*Policy, error) {
 	return p, nil
 }
 
-// Watch reloads when the file changes (fsnotify on its directory, so editors' rename-writes
-// and Kubernetes ConfigMap symlink swaps are seen) until ctx ends, calling report after each
+// Watch reloads when the file changes (inotify on its directory, so editors' rename-writes
+// and Kubernetes ConfigMap symlink swaps are seen; a file written in place is seen when its
+// writer closes it, see dirWatchMask) until ctx ends, calling report after each
 // attempt with the new policy or the error that kept the old one.
 //
 // Changes to files the policy extends are watched too. Bursts of events are debounced into
@@ -112,15 +112,14 @@ func (s *Store) Watching() <-chan struct{} { return s.watching }
 // watcher error is passed as changed(err) and watching goes on. After every successful
 // Reload (by anyone) the directories of the files the new policy extends are watched too.
 // changed is called on Notify's goroutine, one call at a time. Notify returns nil when ctx
-// ends, or an error if it cannot watch.
+// ends, or an error if it cannot watch or its watcher stops.
 func (s *Store) Notify(ctx context.Context, changed func(error)) error {
-	w, err := fsnotify.NewWatcher()
+	w, err := newDirWatcher()
 	if err != nil {
 		return fmt.Errorf("watch policy: %w", err)
 	}
 	defer w.Close()
-	dirs := make(map[string]bool)
-	if err := s.watchDirs(w, dirs); err != nil {
+	if err := s.watchDirs(w); err != nil {
 		return err
 	}
 	if s.onWatching != nil {
@@ -133,20 +132,20 @@ func (s *Store) Notify(ctx context.Context, changed func(error)) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case name, ok := <-w.Events:
 			if !ok {
-				return nil
+				return errWatcherStopped
 			}
-			if s.relevant(ev) {
+			if s.relevant(name) {
 				timer.Reset(s.debounce)
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
-				return nil
+				return errWatcherStopped
 			}
 			changed(fmt.Errorf("watch policy: %w", err))
 		case <-s.reloaded:
-			if err := s.watchDirs(w, dirs); err != nil {
+			if err := s.watchDirs(w); err != nil {
 				changed(err)
 			}
 		case <-timer.C:
@@ -154,6 +153,9 @@ func (s *Store) Notify(ctx context.Context, changed func(error)) error {
 		}
 	}
 }
+
+// errWatcherStopped is Notify's error when its watcher stops on its own (a failed read).
+var errWatcherStopped = errors.New("watch policy: the watcher stopped")
 
 // files returns the policy file and the files its current policy extends, cleaned.
 func (s *Store) files() []string {
@@ -171,31 +173,28 @@ func (s *Store) files() []string {
 	return files
 }
 
-// watchDirs adds a watch on the directory of each file not yet watched (dirs records them).
-func (s *Store) watchDirs(w *fsnotify.Watcher, dirs map[string]bool) error {
+// watchDirs watches the directory of each file (the watcher skips those it watches).
+func (s *Store) watchDirs(w *dirWatcher) error {
 	for _, f := range s.files() {
 		dir := filepath.Dir(f)
-		if dirs[dir] {
-			continue
-		}
 		if err := w.Add(dir); err != nil {
 			return fmt.Errorf("watch policy directory %s: %w", dir, err)
 		}
-		dirs[dir] = true
 	}
 	return nil
 }
 
 // relevant reports whether an event may have changed the policy: it names one of the files,
 // or it is the swap of a Kubernetes ConfigMap's "..data" symlink in one of their directories
-// (the files themselves are symlinks through "..data" and get no event of their own).
-func (s *Store) relevant(ev fsnotify.Event) bool {
-	if ev.Op == fsnotify.Chmod {
-		return false
+// (the files themselves are symlinks through "..data" and get no event of their own), or
+// events were lost (name "").
+func (s *Store) relevant(name string) bool {
+	if name == "" {
+		return true
 	}
-	name := filepath.Clean(ev.Name)
+	base, dir := filepath.Base(name), filepath.Dir(name)
 	for _, f := range s.files() {
-		if name == f || (filepath.Base(name) == "..data" && filepath.Dir(name) == filepath.Dir(f)) {
+		if name == f || (base == "..data" && dir == filepath.Dir(f)) {
 			return true
 		}
 	}

@@ -252,3 +252,95 @@ func TestStoreWatchMissingDirectory(t *testing.T) {
 		t.Error("Watch of a missing directory succeeded")
 	}
 }
+
+// TestStoreWatchEveryReplacement replaces the policy in each way an operator or a tool does
+// it, in the directory the watcher watches; each must reload.
+func TestStoreWatchEveryReplacement(t *testing.T) {
+	ways := map[string]func(t *testing.T, dir, path, content string){
+		"in place (truncate and write)": func(t *testing.T, _, path, content string) {
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"rename over": func(t *testing.T, _, path, content string) { writeAtomic(t, path, content) },
+		"remove, then create": func(t *testing.T, _, path, content string) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"editor backup (rename away, write anew)": func(t *testing.T, _, path, content string) {
+			if err := os.Rename(path, path+"~"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"symlink renamed over": func(t *testing.T, dir, path, content string) {
+			target := filepath.Join(dir, "elsewhere", "new.yaml")
+			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(target, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target, path+".link"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(path+".link", path); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"hard link after removal": func(t *testing.T, dir, path, content string) {
+			staged := filepath.Join(dir, "staged.yaml")
+			if err := os.WriteFile(staged, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Link(staged, path); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, replace := range ways {
+		t.Run(name, func(t *testing.T) {
+			dir := writeFiles(t, map[string]string{"p.yaml": namedPolicy("one")})
+			path := filepath.Join(dir, "p.yaml")
+			s := NewStore(path, nil)
+			reports := watch(t, s)
+			replace(t, dir, path, namedPolicy("two"))
+			next(t, reports, named("two"))
+		})
+	}
+}
+
+// TestStoreWatchAuditLogBeside keeps a file open and appends to it in the policy's
+// directory, as the audit log does when it sits beside the policy: the appends wake
+// nothing (the first report is the policy's change after them), and the policy is still
+// reloaded.
+func TestStoreWatchAuditLogBeside(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"p.yaml": namedPolicy("one")})
+	path := filepath.Join(dir, "p.yaml")
+	log, err := os.OpenFile(filepath.Join(dir, "audit.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	s := NewStore(path, nil)
+	reports := watch(t, s)
+	for range 100 {
+		if _, err := log.WriteString(`{"kind":"http"}` + "\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAtomic(t, path, namedPolicy("two"))
+	r := next(t, reports, func(report) bool { return true })
+	if r.err != nil || r.p.Name() != "two" {
+		t.Errorf("first report %v, %v; want the reload to two", r.p, r.err)
+	}
+}

@@ -232,6 +232,7 @@ func (c *headConn) takeConnect() (connectHead, bool) {
 	}
 	c.buf = c.buf[c.left:]
 	c.heads, c.left, c.mode = c.heads[:0], 0, modePass
+	c.io = rawIO(c.Conn)
 	return ch, true
 }
 

@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 )
 
 // connReader buffers one connection (a client's or an upstream's) for the strict grammar:
 // heads are found in the buffer (which grows up to the head limit), bodies are read from
 // the buffer and then straight from the connection.
 type connReader struct {
-	c    net.Conn
+	c    io.Reader // the connection (or rawIO of it)
 	buf  []byte
 	r, w int
 	// onBlock, when set, runs before a read that may wait for the connection: while a
@@ -20,7 +19,7 @@ type connReader struct {
 	onBlock func()
 }
 
-func newConnReader(c net.Conn, prefix []byte) *connReader {
+func newConnReader(c io.Reader, prefix []byte) *connReader {
 	b := &connReader{c: c, buf: make([]byte, max(4096, len(prefix)))}
 	b.w = copy(b.buf, prefix)
 	return b

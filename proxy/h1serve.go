@@ -73,7 +73,11 @@ type h1Conn struct {
 func (p *Proxy) newH1Conn(conn net.Conn, prefix []byte, client string) *h1Conn {
 	// armed: whoever read the first bytes (the explicit listener's head read, the tunnel's
 	// handshake) may have left a read deadline on conn; it must not bound a body.
-	return &h1Conn{p: p, conn: conn, in: newConnReader(conn, prefix), out: bufio.NewWriterSize(conn, 16<<10), client: client, armed: true}
+	// The requests and responses go through rawIO: below net's Read and Write when conn is
+	// the socket itself (the explicit listener's; a tunnel's TLS reaches its socket through
+	// headConn's io).
+	rw := rawIO(conn)
+	return &h1Conn{p: p, conn: conn, in: newConnReader(rw, prefix), out: bufio.NewWriterSize(rw, 16<<10), client: client, armed: true}
 }
 
 // serve serves requests until the connection ends (false) or a head outside the subset
@@ -283,7 +287,7 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 	chunked := !bodyless && (resp.ContentLength < 0 || len(resp.Trailer) > 0)
 	w := c.out
 	w.WriteString("HTTP/1.1 ")
-	w.WriteString(strconv.Itoa(resp.StatusCode))
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(resp.StatusCode), 10))
 	w.WriteByte(' ')
 	if text := http.StatusText(resp.StatusCode); text != "" {
 		w.WriteString(text)
@@ -304,7 +308,9 @@ func (c *h1Conn) writeResponse(r *http.Request, resp *http.Response, keep bool) 
 		w.WriteString("Transfer-Encoding: chunked\r\n")
 		writeTrailerNames(w, resp.Trailer)
 	case !bodyless:
-		w.WriteString("Content-Length: " + strconv.FormatInt(resp.ContentLength, 10) + "\r\n")
+		w.WriteString("Content-Length: ")
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), resp.ContentLength, 10))
+		w.WriteString("\r\n")
 	}
 	if !keep {
 		w.WriteString("Connection: close\r\n")

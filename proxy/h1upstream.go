@@ -132,8 +132,9 @@ func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
 	if cc != nil {
 		u.addr = cc.addr.String()
 	}
+	rw := upstreamIO(c)
 	if u.tlsName != "" {
-		tc := tls.Client(c, &tls.Config{RootCAs: u.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, ServerName: u.tlsName})
+		tc := tls.Client(&ioConn{Conn: c, rw: rw}, &tls.Config{RootCAs: u.p.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12, ServerName: u.tlsName})
 		hctx, cancel := context.WithTimeout(ctx, u.p.cfg.DialTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
@@ -141,17 +142,35 @@ func (u *h1Upstream) connect(ctx context.Context, x *exchange) error {
 			_ = c.Close()
 			return fmt.Errorf("upstream TLS handshake: %w", err)
 		}
-		c = tc
+		c, rw = tc, tc
 	}
 	u.conn, u.pol, u.usable = c, x.pol, true
-	u.in = newConnReader(c, nil)
+	u.in = newConnReader(rw, nil)
 	if u.out == nil {
-		u.out = bufio.NewWriterSize(c, 16<<10)
+		u.out = bufio.NewWriterSize(rw, 16<<10)
 	} else {
-		u.out.Reset(c)
+		u.out.Reset(rw)
 	}
 	return nil
 }
+
+// upstreamIO is the reader and writer of an upstream connection: rawIO of its socket when it
+// is one the guard checked, else the connection itself.
+func upstreamIO(c net.Conn) io.ReadWriter {
+	if cc, ok := c.(*checkedConn); ok {
+		return rawIO(cc.Conn)
+	}
+	return c
+}
+
+// ioConn is a connection whose Read and Write go through rw (upstreamIO), for crypto/tls.
+type ioConn struct {
+	net.Conn
+	rw io.ReadWriter
+}
+
+func (c *ioConn) Read(p []byte) (int, error)  { return c.rw.Read(p) }
+func (c *ioConn) Write(p []byte) (int, error) { return c.rw.Write(p) }
 
 // exchange writes r and reads the response head, skipping informational responses.
 func (u *h1Upstream) exchange(r *http.Request, reused bool) (*http.Response, error) {
@@ -262,7 +281,7 @@ func writeBodylessHead(w *bufio.Writer, r *http.Request) bool {
 	}
 	ua := "Go-http-client/1.1" // net/http's default
 	if _, ok := r.Header["User-Agent"]; ok {
-		ua = strings.Trim(headerNewlineToSpace.Replace(r.Header.Get("User-Agent")), " \t\r\n")
+		ua = r.Header.Get("User-Agent")
 	}
 	w.WriteString(r.Method)
 	w.WriteByte(' ')
@@ -270,9 +289,9 @@ func writeBodylessHead(w *bufio.Writer, r *http.Request) bool {
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(host)
 	w.WriteString("\r\n")
-	if ua != "" {
+	if ua != "" { // as Request.Write: an agent of white space only is written, empty
 		w.WriteString("User-Agent: ")
-		w.WriteString(ua)
+		w.WriteString(strings.Trim(headerNewlineToSpace.Replace(ua), " \t\r\n"))
 		w.WriteString("\r\n")
 	}
 	_ = r.Header.WriteSubset(w, requestExcluded) // a failure shows in the flush
@@ -341,7 +360,8 @@ func (u *h1Upstream) response(r *http.Request, h h1Response) *http.Response {
 		resp.TransferEncoding = []string{"chunked"}
 		b.r = &chunkedReader{r: u.in, trailer: &resp.Trailer, maxTrailer: u.p.cfg.MaxHeaderBytes}
 	case h.cl >= 0:
-		b.r = &lengthReader{r: u.in, left: h.cl}
+		b.lr = lengthReader{r: u.in, left: h.cl}
+		b.r = &b.lr // one allocation with the body
 		if h.cl == 0 {
 			b.done = true
 		}
@@ -384,6 +404,7 @@ type upstreamBody struct {
 	u    *h1Upstream
 	resp *http.Response
 	r    io.Reader
+	lr   lengthReader // r for a Content-Length body
 	done bool
 	err  error
 }
@@ -438,6 +459,9 @@ func idleConnAlive(c net.Conn) bool {
 			c = cc.NetConn()
 			continue
 		case *checkedConn:
+			c = cc.Conn
+			continue
+		case *ioConn:
 			c = cc.Conn
 			continue
 		}

@@ -12,6 +12,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -135,6 +136,10 @@ type headConn struct {
 	// has begun (serveFirst).
 	got atomic.Bool
 
+	// io, once the connection passes its bytes through (a CONNECT taken by takeConnect),
+	// reads and writes the socket below net (rawIO); nil: Conn's own Read and Write.
+	io io.ReadWriter
+
 	// mu guards mode, left and heads: handlers pop heads while a background read may be
 	// parsing the next one.
 	mu    sync.Mutex
@@ -189,7 +194,18 @@ func (c *headConn) readBuffered(p []byte) (int, error) {
 		c.err = nil
 		return 0, err
 	}
+	if c.io != nil {
+		return c.io.Read(p)
+	}
 	return c.Conn.Read(p)
+}
+
+// Write writes to the connection (through io once it is set).
+func (c *headConn) Write(p []byte) (int, error) {
+	if c.io != nil {
+		return c.io.Write(p)
+	}
+	return c.Conn.Write(p)
 }
 
 // readHead reads until buf holds a complete head and queues it. A timeout is returned (the
