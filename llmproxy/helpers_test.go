@@ -238,3 +238,20 @@ func fakeConfig(key string, echo bool) fakellm.Config {
 func fakellmIgnoreMax() fakellm.Config {
 	return fakellm.Config{IgnoreMaxTokens: true}
 }
+
+// settled waits until the ledger has settled requests calls, then flushes it. A call's record
+// is settled after its response is done, so a client can read a stream's last event before
+// the proxy has counted it.
+func (e *env) settled(t testing.TB, requests int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.ledger.Totals().Total.Requests < requests {
+		if time.Now().After(deadline) {
+			t.Fatalf("ledger settled %d calls after 10 s, want %d", e.ledger.Totals().Total.Requests, requests)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := e.ledger.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}

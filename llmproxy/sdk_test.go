@@ -81,7 +81,7 @@ func TestOpenAISDKChat(t *testing.T) {
 	if err := stream.Err(); err != nil || usage.PromptTokens != 12 || usage.CompletionTokens != 5 {
 		t.Errorf("asked-for usage chunk: %+v, err %v", usage, err)
 	}
-	e.ledger.Flush()
+	e.settled(t, 3)
 	tot := e.ledger.Totals().Total
 	pu := e.openai.TotalUsage()
 	if tot.Requests != 3 || tot.Input != pu.Input || tot.Output != pu.Output {
@@ -133,7 +133,7 @@ func TestOpenAISDKCompletionsEmbeddingsResponses(t *testing.T) {
 	if err := stream.Err(); err != nil || !completed || text.String() != "Hello from the fake provider" {
 		t.Fatalf("responses stream: err %v, completed with usage %v, text %q", err, completed, text.String())
 	}
-	e.ledger.Flush()
+	e.settled(t, 4)
 	tot, pu := e.ledger.Totals().Total, e.openai.TotalUsage()
 	if tot.Requests != 4 || tot.Input != pu.Input || tot.Output != pu.Output || tot.Estimated != 0 {
 		t.Errorf("ledger %+v, provider %+v", tot, pu)
@@ -177,7 +177,7 @@ func TestAnthropicSDKMessages(t *testing.T) {
 	if err != nil || count.InputTokens != 12 {
 		t.Errorf("count_tokens: %v %+v", err, count)
 	}
-	e.ledger.Flush()
+	e.settled(t, 2)
 	tot, pu := e.ledger.Totals().Total, e.anthropic.TotalUsage()
 	if tot.Requests != 2 || tot.Input != pu.Input || tot.Output != pu.Output {
 		t.Errorf("ledger %+v, provider %+v", tot, pu)
@@ -271,7 +271,7 @@ func TestStreamEventByEvent(t *testing.T) {
 	if err := as.Err(); err != nil || n != 10 {
 		t.Fatalf("anthropic stream: %d events, %v", n, err)
 	}
-	e.ledger.Flush()
+	e.settled(t, 2)
 	if tot := e.ledger.Totals().Total; tot.Output != 10 || tot.Input != 24 {
 		t.Errorf("ledger %+v: want the providers' 24 input and 10 output tokens", tot)
 	}
