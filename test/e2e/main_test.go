@@ -60,13 +60,14 @@ func airlockBinary(t testing.TB) string {
 // at a time, and the world tests would start only when the last sandbox test is done. Instead
 // TestMain lifts -parallel (unless it is given) and two turns decide: up to sandboxSlots
 // sandbox tests (newSandboxEnv) run at a time, and beside them up to worldSlots world tests
-// (parallelWorld), which mostly wait on timers and on other processes. Sandbox tests do not
-// collide: each has its own world (the sandboxes' veths and /30s live in its sidecar
+// (parallelWorld), which mostly wait on timers and on other processes. One sandbox slot: two
+// sandbox tests at a time, beside the cluster tests on two cores, made the fork and allocation
+// bounds of the hostile tests time out in CI. Sandbox tests do not collide: each has its own world (the sandboxes' veths and /30s live in its sidecar
 // namespace), state directory, cgroup parent and sandbox names (netns, BPF pins), and uid
 // ranges are claimed machine-wide. TestSandboxLoop, which counts this process's descriptors,
 // is not parallel at all (newSandboxEnvAlone): it runs with no other test.
 const (
-	sandboxSlots  = 2
+	sandboxSlots  = 1
 	worldSlots    = 2
 	parallelLimit = 64 // -parallel when not given: above the number of parallel tests
 )
