@@ -179,23 +179,12 @@ func wireLink(nsName, hostVeth string, l link, rawRoutes []netip.Prefix) error {
 // missing link is not an error; when neither namespace is at hand, removing the sandbox's
 // namespace removes the pair too.
 func deleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
-	h, err := hostHandle(hostNetns, supervisorPid)
-	if err != nil || h == nil {
-		return err
-	}
-	defer h.Close()
-	l, err := h.LinkByName(hostVeth)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
+	return withHostVeth(hostVeth, hostNetns, supervisorPid, func(h *netlink.Handle, l netlink.Link) error {
+		if err := h.LinkDel(l); err != nil {
+			return fmt.Errorf("delete veth %s: %w", hostVeth, err)
 		}
-		return fmt.Errorf("find veth %s: %w", hostVeth, err)
-	}
-	if err := h.LinkDel(l); err != nil {
-		return fmt.Errorf("delete veth %s: %w", hostVeth, err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // releaseHostVeth removes every address of the host end of the pair (in the namespace whose
@@ -203,6 +192,26 @@ func deleteHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error 
 // unregisters the pair in the kernel's background. A missing link is not an error; when
 // neither namespace is at hand, there is nothing to do from here.
 func releaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error {
+	return withHostVeth(hostVeth, hostNetns, supervisorPid, func(h *netlink.Handle, l netlink.Link) error {
+		addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return fmt.Errorf("addresses of veth %s: %w", hostVeth, err)
+		}
+		for _, a := range addrs {
+			if a.IP.IsLinkLocalUnicast() {
+				continue // the kernel's own IPv6 link-local address answers for no subnet
+			}
+			if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				return fmt.Errorf("remove address %s from veth %s: %w", a.IPNet, hostVeth, err)
+			}
+		}
+		return nil
+	})
+}
+
+// withHostVeth runs do on the host end of the pair in the namespace whose inode is hostNetns
+// (hostHandle's); a missing link, or neither namespace at hand, does nothing.
+func withHostVeth(hostVeth string, hostNetns uint64, supervisorPid int, do func(*netlink.Handle, netlink.Link) error) error {
 	h, err := hostHandle(hostNetns, supervisorPid)
 	if err != nil || h == nil {
 		return err
@@ -216,19 +225,7 @@ func releaseHostVeth(hostVeth string, hostNetns uint64, supervisorPid int) error
 		}
 		return fmt.Errorf("find veth %s: %w", hostVeth, err)
 	}
-	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		return fmt.Errorf("addresses of veth %s: %w", hostVeth, err)
-	}
-	for _, a := range addrs {
-		if a.IP.IsLinkLocalUnicast() {
-			continue // the kernel's own IPv6 link-local address answers for no subnet
-		}
-		if err := h.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("remove address %s from veth %s: %w", a.IPNet, hostVeth, err)
-		}
-	}
-	return nil
+	return do(h, l)
 }
 
 // addrsIn lists the IPv4 addresses of the current namespace's interfaces inside subnet.
