@@ -34,14 +34,7 @@ func TestDirWatcherIgnoresWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := newDirWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		t.Fatal(err)
-	}
+	w := watchDir(t, dir)
 	for range 1000 {
 		if _, err := f.WriteString("line\n"); err != nil {
 			t.Fatal(err)
@@ -74,14 +67,7 @@ func TestDirWatcherDirectoryGone(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	w, err := newDirWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		t.Fatal(err)
-	}
+	w := watchDir(t, dir)
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -122,4 +108,18 @@ func TestDirWatcherNotADirectory(t *testing.T) {
 	if err := w.Add(file); err == nil {
 		t.Error("Add of a file succeeded")
 	}
+}
+
+// watchDir is a dirWatcher on dir, closed with the test.
+func watchDir(t *testing.T, dir string) *dirWatcher {
+	t.Helper()
+	w, err := newDirWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
